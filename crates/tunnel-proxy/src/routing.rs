@@ -1,0 +1,607 @@
+//! Gateway API request matching: which rule serves a request. Pure: no I/O, no async.
+//!
+//! The table is generic over the rule payload so this module knows nothing about backends or
+//! filters. Candidates are grouped by the route hostname they came from (one bucket per
+//! hostname pattern) and each bucket is sorted once, at build time, by the precedence the
+//! Gateway API prescribes; a lookup walks the buckets from the most specific hostname to the
+//! least and returns the first candidate that matches.
+//!
+//! HTTPRoute precedence (after hostname): Exact path, then RegularExpression path
+//! (implementation-specific: we rank it between Exact and PathPrefix, longer patterns first),
+//! then the longest PathPrefix; a method match; the most header matches; the most query
+//! parameter matches; then route order in the document (the controller sorts routes oldest
+//! first, then by `{namespace}/{name}`); then rule order, then match order.
+//!
+//! GRPCRoute precedence (after hostname): the most characters of an exact service, then of an
+//! exact method (a regular expression ranks below any exact value), then the most header
+//! matches, then route, rule and match order. A gRPC request (`content-type: application/grpc*`)
+//! is offered to the GRPCRoute candidates of a bucket before its HTTPRoute candidates; other
+//! requests never match a GRPCRoute.
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+
+use http::{HeaderMap, HeaderName, Method};
+use regex::Regex;
+
+// === hostnames ===
+
+/// A route or listener hostname.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    /// Lower-case exact name.
+    Exact(String),
+    /// `*.example.com`, stored as the suffix `.example.com`: matches one or more labels in
+    /// front of it, never the apex `example.com`.
+    Wildcard(String),
+    /// No hostname: every host.
+    Any,
+}
+
+/// Why a hostname was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostnameError {
+    #[error("hostname is empty")]
+    Empty,
+    #[error("a wildcard is only allowed as the whole first label (`*.example.com`)")]
+    MisplacedWildcard,
+    #[error("hostname has an empty label or an invalid character")]
+    Invalid,
+    #[error("hostnames must not be IP addresses")]
+    IpAddress,
+}
+
+impl HostPattern {
+    /// Parses a Gateway API hostname: a DNS name, optionally with a leading `*.` label.
+    pub fn parse(s: &str) -> Result<Self, HostnameError> {
+        if s.is_empty() {
+            return Err(HostnameError::Empty);
+        }
+        let lower = s.to_ascii_lowercase();
+        let (wild, rest) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, lower.as_str()),
+        };
+        if rest.contains('*') {
+            return Err(HostnameError::MisplacedWildcard);
+        }
+        if rest.parse::<std::net::IpAddr>().is_ok() {
+            return Err(HostnameError::IpAddress);
+        }
+        let valid_label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if rest.len() > 253 || !rest.split('.').all(valid_label) {
+            return Err(HostnameError::Invalid);
+        }
+        Ok(if wild {
+            Self::Wildcard(format!(".{rest}"))
+        } else {
+            Self::Exact(rest.to_owned())
+        })
+    }
+
+    /// `host` must already be normalised with [`normalize_host`].
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            Self::Exact(h) => h == host,
+            Self::Wildcard(suffix) => host.len() > suffix.len() && host.ends_with(suffix.as_str()),
+            Self::Any => true,
+        }
+    }
+
+    /// The pattern as written in the Gateway API (`*.example.com`), or `*` for any host.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Exact(h) => h.clone(),
+            Self::Wildcard(suffix) => format!("*{suffix}"),
+            Self::Any => "*".to_owned(),
+        }
+    }
+}
+
+/// The routed host from a `Host` header value or an `:authority`: port removed, lower-cased,
+/// one trailing dot removed. `None` when it is empty or not a plausible host.
+pub fn normalize_host(authority: &str) -> Option<String> {
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        // IPv6 literal: keep the brackets off, drop the port.
+        let end = rest.find(']')?;
+        &rest[..end]
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            Some(_) => return None,
+            None => authority,
+        }
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'))
+    {
+        return None;
+    }
+    Some(host.to_ascii_lowercase())
+}
+
+// === matchers ===
+
+/// A compiled HTTP path match.
+#[derive(Debug, Clone)]
+pub enum PathMatcher {
+    Exact(String),
+    /// Segment-wise prefix, stored without its trailing `/` (`/` becomes the empty string).
+    Prefix(String),
+    /// Anchored: must match the whole path.
+    Regex(Regex),
+}
+
+impl PathMatcher {
+    /// A PathPrefix; a trailing `/` in the value is ignored as the specification says.
+    pub fn prefix(value: &str) -> Self {
+        Self::Prefix(value.trim_end_matches('/').to_owned())
+    }
+
+    /// Compiles a path regular expression anchored at both ends.
+    pub fn regex(pattern: &str) -> Result<Self, regex::Error> {
+        Ok(Self::Regex(anchored(pattern)?))
+    }
+
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            Self::Exact(p) => p == path,
+            Self::Prefix(p) => {
+                path.starts_with(p.as_str())
+                    && (path.len() == p.len() || path.as_bytes()[p.len()] == b'/')
+            }
+            Self::Regex(re) => re.is_match(path),
+        }
+    }
+
+    fn rank(&self) -> (u8, usize) {
+        match self {
+            Self::Exact(p) => (3, p.len()),
+            Self::Regex(re) => (2, re.as_str().len()),
+            Self::Prefix(p) => (1, p.len()),
+        }
+    }
+}
+
+/// Compiles `^(?:pattern)$`.
+pub fn anchored(pattern: &str) -> Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// Exact or regular-expression value match (headers, query parameters, gRPC names).
+#[derive(Debug, Clone)]
+pub enum ValueMatcher {
+    Exact(String),
+    Regex(Regex),
+}
+
+impl ValueMatcher {
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            Self::Exact(v) => v == value,
+            Self::Regex(re) => re.is_match(value),
+        }
+    }
+
+    fn rank(&self) -> (u8, usize) {
+        match self {
+            Self::Exact(v) => (2, v.len()),
+            Self::Regex(_) => (1, 0),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HeaderMatcher {
+    pub name: HeaderName,
+    pub value: ValueMatcher,
+}
+
+impl HeaderMatcher {
+    /// A request header matches when any of its values matches (repeated headers are not
+    /// joined), so a client cannot dodge a match by repeating a header.
+    fn matches(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(&self.name)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| self.value.matches(v)))
+    }
+}
+
+/// Query parameter names are case-sensitive; the first occurrence of a repeated parameter is
+/// the one matched, after percent-decoding.
+#[derive(Debug, Clone)]
+pub struct QueryMatcher {
+    pub name: String,
+    pub value: ValueMatcher,
+}
+
+/// One HTTPRouteMatch: every present condition must hold.
+#[derive(Debug, Clone)]
+pub struct HttpMatcher {
+    pub path: PathMatcher,
+    pub headers: Vec<HeaderMatcher>,
+    pub query: Vec<QueryMatcher>,
+    pub method: Option<Method>,
+}
+
+impl Default for HttpMatcher {
+    fn default() -> Self {
+        Self {
+            path: PathMatcher::prefix("/"),
+            headers: Vec::new(),
+            query: Vec::new(),
+            method: None,
+        }
+    }
+}
+
+impl HttpMatcher {
+    fn matches(&self, req: &RequestView<'_>) -> bool {
+        self.method.as_ref().is_none_or(|m| m == req.method)
+            && self.path.matches(req.path)
+            && self.headers.iter().all(|h| h.matches(req.headers))
+            && self.query.iter().all(|q| {
+                req.query.is_some_and(|query| {
+                    form_urlencoded::parse(query.as_bytes())
+                        .find(|(k, _)| k == q.name.as_str())
+                        .is_some_and(|(_, v)| q.value.matches(&v))
+                })
+            })
+    }
+
+    fn precedence(&self) -> Precedence {
+        let (class, len) = self.path.rank();
+        Precedence::Http {
+            path_class: class,
+            path_len: len,
+            method: self.method.is_some(),
+            headers: self.headers.len(),
+            query: self.query.len(),
+        }
+    }
+}
+
+/// One GRPCRouteMatch.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcMatcher {
+    pub service: Option<ValueMatcher>,
+    pub method: Option<ValueMatcher>,
+    pub headers: Vec<HeaderMatcher>,
+}
+
+impl GrpcMatcher {
+    fn matches(&self, req: &RequestView<'_>) -> bool {
+        let Some((service, method)) = grpc_path(req.path) else {
+            return false;
+        };
+        self.service.as_ref().is_none_or(|s| s.matches(service))
+            && self.method.as_ref().is_none_or(|m| m.matches(method))
+            && self.headers.iter().all(|h| h.matches(req.headers))
+    }
+
+    fn precedence(&self) -> Precedence {
+        let rank = |v: &Option<ValueMatcher>| v.as_ref().map_or((0, 0), ValueMatcher::rank);
+        Precedence::Grpc {
+            service: rank(&self.service),
+            method: rank(&self.method),
+            headers: self.headers.len(),
+        }
+    }
+}
+
+/// Splits `/package.Service/Method`.
+fn grpc_path(path: &str) -> Option<(&str, &str)> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    (!service.is_empty() && !method.is_empty() && !method.contains('/'))
+        .then_some((service, method))
+}
+
+/// Match specificity within one hostname bucket; greater wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Precedence {
+    Grpc {
+        service: (u8, usize),
+        method: (u8, usize),
+        headers: usize,
+    },
+    Http {
+        path_class: u8,
+        path_len: usize,
+        method: bool,
+        headers: usize,
+        query: usize,
+    },
+}
+
+// === the table ===
+
+/// What the caller knows about a request. `host` must come from `Host`/`:authority` only,
+/// normalised with [`normalize_host`].
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    pub host: &'a str,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub method: &'a Method,
+    pub headers: &'a HeaderMap,
+    pub grpc: bool,
+}
+
+/// The matches of one rule.
+#[derive(Debug, Clone)]
+pub enum Matchers {
+    /// Empty = the default match (PathPrefix `/`).
+    Http(Vec<HttpMatcher>),
+    /// Empty = every gRPC request.
+    Grpc(Vec<GrpcMatcher>),
+}
+
+#[derive(Debug, Clone)]
+pub struct RuleSpec<T> {
+    pub matchers: Matchers,
+    pub payload: T,
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteSpec<T> {
+    /// Empty = any host.
+    pub hostnames: Vec<HostPattern>,
+    pub rules: Vec<RuleSpec<T>>,
+}
+
+#[derive(Debug)]
+struct Candidate {
+    precedence: Precedence,
+    order: (usize, usize, usize),
+    rule: usize,
+    matcher: usize,
+}
+
+#[derive(Debug, Default)]
+struct Bucket {
+    http: Vec<Candidate>,
+    grpc: Vec<Candidate>,
+}
+
+impl Bucket {
+    fn sort(&mut self) {
+        let key = |c: &Candidate| (Reverse(c.precedence), c.order);
+        self.http.sort_by_key(key);
+        self.grpc.sort_by_key(key);
+    }
+}
+
+/// The result of a lookup.
+#[derive(Debug)]
+pub struct RouteMatch<'t, T> {
+    pub rule: &'t T,
+    /// The route hostname pattern that matched (`*` for a route without hostnames); bounded
+    /// cardinality, used as the metrics label.
+    pub hostname: &'t str,
+    /// The PathPrefix value (without trailing `/`) when the winning match was a PathPrefix;
+    /// URLRewrite and RequestRedirect `ReplacePrefixMatch` replace it.
+    pub matched_prefix: Option<&'t str>,
+}
+
+/// An immutable routing table.
+#[derive(Debug)]
+pub struct Table<T> {
+    listeners: Vec<HostPattern>,
+    exact: HashMap<String, (String, Bucket)>,
+    /// Sorted by suffix length, longest first.
+    wildcards: Vec<(HostPattern, String, Bucket)>,
+    any: Bucket,
+    rules: Vec<T>,
+    http_matchers: Vec<HttpMatcher>,
+    grpc_matchers: Vec<GrpcMatcher>,
+}
+
+impl<T> Table<T> {
+    /// `listeners` empty = no listener gate. Routes are given in precedence order.
+    pub fn new(listeners: Vec<HostPattern>, routes: Vec<RouteSpec<T>>) -> Self {
+        let mut table = Self {
+            listeners,
+            exact: HashMap::new(),
+            wildcards: Vec::new(),
+            any: Bucket::default(),
+            rules: Vec::new(),
+            http_matchers: Vec::new(),
+            grpc_matchers: Vec::new(),
+        };
+        for (route_idx, route) in routes.into_iter().enumerate() {
+            let hostnames = if route.hostnames.is_empty() {
+                vec![HostPattern::Any]
+            } else {
+                route.hostnames
+            };
+            for (rule_idx, rule) in route.rules.into_iter().enumerate() {
+                let rule_id = table.rules.len();
+                table.rules.push(rule.payload);
+                // (is_grpc, matcher index, precedence) per match of this rule
+                let entries: Vec<(bool, usize, Precedence)> = match rule.matchers {
+                    Matchers::Http(ms) => {
+                        let ms = if ms.is_empty() {
+                            vec![HttpMatcher::default()]
+                        } else {
+                            ms
+                        };
+                        ms.into_iter()
+                            .map(|m| {
+                                let p = m.precedence();
+                                table.http_matchers.push(m);
+                                (false, table.http_matchers.len() - 1, p)
+                            })
+                            .collect()
+                    }
+                    Matchers::Grpc(ms) => {
+                        let ms = if ms.is_empty() {
+                            vec![GrpcMatcher::default()]
+                        } else {
+                            ms
+                        };
+                        ms.into_iter()
+                            .map(|m| {
+                                let p = m.precedence();
+                                table.grpc_matchers.push(m);
+                                (true, table.grpc_matchers.len() - 1, p)
+                            })
+                            .collect()
+                    }
+                };
+                for host in &hostnames {
+                    let bucket = table.bucket_mut(host);
+                    for (match_idx, &(grpc, matcher, precedence)) in entries.iter().enumerate() {
+                        let c = Candidate {
+                            precedence,
+                            order: (route_idx, rule_idx, match_idx),
+                            rule: rule_id,
+                            matcher,
+                        };
+                        if grpc {
+                            bucket.grpc.push(c);
+                        } else {
+                            bucket.http.push(c);
+                        }
+                    }
+                }
+            }
+        }
+        table
+            .wildcards
+            .sort_by_key(|(p, _, _)| Reverse(p.label().len()));
+        for (_, bucket) in table.exact.values_mut() {
+            bucket.sort();
+        }
+        for (_, _, bucket) in &mut table.wildcards {
+            bucket.sort();
+        }
+        table.any.sort();
+        table
+    }
+
+    fn bucket_mut(&mut self, host: &HostPattern) -> &mut Bucket {
+        match host {
+            HostPattern::Exact(h) => {
+                &mut self
+                    .exact
+                    .entry(h.clone())
+                    .or_insert_with(|| (h.clone(), Bucket::default()))
+                    .1
+            }
+            HostPattern::Wildcard(_) => {
+                let pos = match self.wildcards.iter().position(|(p, _, _)| p == host) {
+                    Some(pos) => pos,
+                    None => {
+                        self.wildcards
+                            .push((host.clone(), host.label(), Bucket::default()));
+                        self.wildcards.len() - 1
+                    }
+                };
+                &mut self.wildcards[pos].2
+            }
+            HostPattern::Any => &mut self.any,
+        }
+    }
+
+    /// Every rule payload, in document order.
+    pub fn rules(&self) -> &[T] {
+        &self.rules
+    }
+
+    /// The best rule for the request, or `None` (404 / gRPC Unimplemented).
+    pub fn lookup(&self, req: &RequestView<'_>) -> Option<RouteMatch<'_, T>> {
+        if !self.listeners.is_empty() && !self.listeners.iter().any(|l| l.matches(req.host)) {
+            return None;
+        }
+        if let Some((label, bucket)) = self.exact.get(req.host)
+            && let Some(m) = self.lookup_bucket(bucket, label, req)
+        {
+            return Some(m);
+        }
+        for (pattern, label, bucket) in &self.wildcards {
+            if pattern.matches(req.host)
+                && let Some(m) = self.lookup_bucket(bucket, label, req)
+            {
+                return Some(m);
+            }
+        }
+        self.lookup_bucket(&self.any, "*", req)
+    }
+
+    fn lookup_bucket<'t>(
+        &'t self,
+        bucket: &'t Bucket,
+        hostname: &'t str,
+        req: &RequestView<'_>,
+    ) -> Option<RouteMatch<'t, T>> {
+        if req.grpc
+            && let Some(c) = bucket
+                .grpc
+                .iter()
+                .find(|c| self.grpc_matchers[c.matcher].matches(req))
+        {
+            return Some(RouteMatch {
+                rule: &self.rules[c.rule],
+                hostname,
+                matched_prefix: None,
+            });
+        }
+        bucket.http.iter().find_map(|c| {
+            let m = &self.http_matchers[c.matcher];
+            m.matches(req).then(|| RouteMatch {
+                rule: &self.rules[c.rule],
+                hostname,
+                matched_prefix: match &m.path {
+                    PathMatcher::Prefix(p) => Some(p.as_str()),
+                    _ => None,
+                },
+            })
+        })
+    }
+}
+
+// === weighted choice ===
+
+/// Weighted choice among backends, from a caller-supplied random number so it stays pure and
+/// testable with a deterministic sequence.
+#[derive(Debug, Clone)]
+pub struct WeightedChoice {
+    cumulative: Vec<u64>,
+}
+
+impl WeightedChoice {
+    /// `None` when every weight is zero (no backend takes traffic).
+    pub fn new(weights: impl IntoIterator<Item = u32>) -> Option<Self> {
+        let mut total = 0u64;
+        let cumulative: Vec<u64> = weights
+            .into_iter()
+            .map(|w| {
+                total += u64::from(w);
+                total
+            })
+            .collect();
+        (total > 0).then_some(Self { cumulative })
+    }
+
+    pub fn total(&self) -> u64 {
+        *self.cumulative.last().unwrap_or(&0)
+    }
+
+    /// `roll` is uniform in `0..total()`; returns the chosen index.
+    pub fn pick(&self, roll: u64) -> usize {
+        self.cumulative.partition_point(|&c| c <= roll)
+    }
+}
+
+#[cfg(test)]
+mod tests;

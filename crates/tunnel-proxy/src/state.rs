@@ -1,0 +1,92 @@
+//! The live state shared by the data plane and the config API: the current route table
+//! (swapped atomically), the document it came from, metrics, and the pooled clients.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwapOption;
+use prometheus_client::registry::Registry;
+
+use crate::compile::{self, CompileError, RouteTable};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::upstream::ClientCache;
+
+/// Why a push was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("invalid config: {0}")]
+    Invalid(#[from] CompileError),
+    #[error("config version {pushed} is older than the loaded version {loaded}")]
+    Stale { loaded: u64, pushed: u64 },
+}
+
+/// Shared by every connection and the admin API.
+pub struct State {
+    table: ArcSwapOption<RouteTable>,
+    document: ArcSwapOption<Config>,
+    metrics: Metrics,
+    registry: Registry,
+    /// Serialises pushes (so the version check and the swap are one step) and keeps the
+    /// upstream clients across pushes.
+    clients: Mutex<ClientCache>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl State {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        Self {
+            table: ArcSwapOption::empty(),
+            document: ArcSwapOption::empty(),
+            metrics,
+            registry,
+            clients: Mutex::new(ClientCache::default()),
+        }
+    }
+
+    /// Parses, validates and compiles `body` completely, then swaps it in unless a newer
+    /// version is loaded. An equal version is accepted (a re-push is idempotent). On any
+    /// error nothing changes.
+    pub fn apply(&self, body: &[u8]) -> Result<u64, ApplyError> {
+        let config = compile::parse(body)?;
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(loaded) = self.table.load().as_ref().map(|t| t.version)
+            && config.version < loaded
+        {
+            return Err(ApplyError::Stale {
+                loaded,
+                pushed: config.version,
+            });
+        }
+        let (table, used) = compile::compile(&config, &self.metrics, &mut clients)?;
+        let version = table.version;
+        self.table.store(Some(Arc::new(table)));
+        self.document.store(Some(Arc::new(config)));
+        clients.retain_used(&used);
+        Ok(version)
+    }
+
+    /// The live table, if a config was loaded.
+    pub fn table(&self) -> arc_swap::Guard<Option<Arc<RouteTable>>> {
+        self.table.load()
+    }
+
+    /// The loaded document, if any.
+    pub fn document(&self) -> Option<Arc<Config>> {
+        self.document.load_full()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}

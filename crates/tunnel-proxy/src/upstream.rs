@@ -1,0 +1,574 @@
+//! Connections to backends: pooled hyper clients, TLS/mTLS, round-robin over endpoints.
+//!
+//! One hyper client exists per (protocol, TLS identity); its pool is keyed by endpoint, so
+//! tenants with different CA bundles or client certificates never share a connection, and a
+//! client survives config pushes (see [`ClientCache`]) so pushes do not drop warm connections.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Uri;
+use http::uri::{Authority, Scheme};
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::config::{BackendProtocol, BackendTls};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Body type of everything the proxy sends, upstream and downstream.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+pub type HttpClient = Client<BackendConnector, ProxyBody>;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+// === connector ===
+
+/// TCP (nodelay) plus optional rustls, with a fixed SNI name: the endpoint address in the URI
+/// is only where to dial.
+#[derive(Clone)]
+pub struct BackendConnector {
+    http: HttpConnector,
+    tls: Option<TlsSettings>,
+}
+
+#[derive(Clone)]
+struct TlsSettings {
+    connector: tokio_rustls::TlsConnector,
+    server_name: ServerName<'static>,
+}
+
+/// Why a connection could not be made; found again in the client error's source chain to
+/// label metrics and pick the status code.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("tcp connect: {0}")]
+    Tcp(#[source] BoxError),
+    #[error("tls handshake: {0}")]
+    Tls(#[source] std::io::Error),
+}
+
+impl BackendConnector {
+    fn new(tls: Option<TlsSettings>) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_keepalive(Some(Duration::from_secs(30)));
+        Self { http, tls }
+    }
+}
+
+impl tower_service::Service<Uri> for BackendConnector {
+    type Response = Conn;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Conn, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http
+            .poll_ready(cx)
+            .map_err(|e| ConnectError::Tcp(e.into()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.http.call(uri);
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let tcp = connecting.await.map_err(|e| ConnectError::Tcp(e.into()))?;
+            match tls {
+                None => Ok(Conn::Plain(tcp)),
+                Some(tls) => {
+                    let stream = tls
+                        .connector
+                        .connect(tls.server_name, tcp.into_inner())
+                        .await
+                        .map_err(ConnectError::Tls)?;
+                    Ok(Conn::Tls(Box::new(TokioIo::new(stream))))
+                }
+            }
+        })
+    }
+}
+
+/// A backend connection, plain or TLS.
+pub enum Conn {
+    Plain(TokioIo<TcpStream>),
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        match self {
+            Self::Plain(s) => s.connected(),
+            Self::Tls(s) => {
+                let (tcp, session) = s.inner().get_ref();
+                let connected = tcp.connected();
+                if session.alpn_protocol() == Some(b"h2") {
+                    connected.negotiated_h2()
+                } else {
+                    connected
+                }
+            }
+        }
+    }
+}
+
+impl hyper::rt::Read for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+// === TLS ===
+
+/// A TLS setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    #[error("caBundlePem: {0}")]
+    CaBundle(String),
+    #[error("serverName: {0}")]
+    ServerName(String),
+    #[error("subjectAltNames[{0}]: not a valid DNS name")]
+    SubjectAltName(usize),
+    #[error("clientCertPem: {0}")]
+    ClientCert(String),
+    #[error("clientKeyPem: {0}")]
+    ClientKey(String),
+    #[error("{0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// Builds the rustls client config of a backend: its CA bundle only (no system roots), SNI
+/// `serverName`, SAN verification, optional client certificate, ALPN of the protocol.
+fn tls_settings(
+    tls: &BackendTls,
+    protocol: BackendProtocol,
+) -> Result<TlsSettings, TlsConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    let mut found = 0usize;
+    for cert in CertificateDer::pem_slice_iter(tls.ca_bundle_pem.as_bytes()) {
+        let cert = cert.map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
+        roots
+            .add(cert)
+            .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
+        found += 1;
+    }
+    if found == 0 {
+        return Err(TlsConfigError::CaBundle("no PEM certificate found".into()));
+    }
+    let server_name = ServerName::try_from(tls.server_name.clone())
+        .map_err(|e| TlsConfigError::ServerName(e.to_string()))?;
+    let sans = tls
+        .subject_alt_names
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            ServerName::try_from(s.clone()).map_err(|_| TlsConfigError::SubjectAltName(i))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?;
+    let builder = if sans.is_empty() {
+        builder.with_webpki_verifier(webpki)
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SanVerifier {
+                inner: webpki,
+                sans,
+            }))
+    };
+    let mut config = match (&tls.client_cert_pem, &tls.client_key_pem) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TlsConfigError::ClientCert(e.to_string()))?;
+            if chain.is_empty() {
+                return Err(TlsConfigError::ClientCert(
+                    "no PEM certificate found".into(),
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?
+        }
+        (Some(_), None) => {
+            return Err(TlsConfigError::ClientKey(
+                "required with clientCertPem".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(TlsConfigError::ClientCert(
+                "required with clientKeyPem".into(),
+            ));
+        }
+    };
+    config.alpn_protocols = vec![match protocol {
+        BackendProtocol::Http1 => b"http/1.1".to_vec(),
+        BackendProtocol::Http2 => b"h2".to_vec(),
+    }];
+    Ok(TlsSettings {
+        connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        server_name,
+    })
+}
+
+/// BackendTLSPolicy `subjectAltNames`: the chain must verify against the CA bundle and the
+/// certificate must be valid for at least one of the names (SNI stays `serverName`).
+#[derive(Debug)]
+struct SanVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    sans: Vec<ServerName<'static>>,
+}
+
+impl ServerCertVerifier for SanVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let mut last = rustls::Error::General("no subjectAltNames".into());
+        for san in &self.sans {
+            match self
+                .inner
+                .verify_server_cert(end_entity, intermediates, san, ocsp_response, now)
+            {
+                Ok(ok) => return Ok(ok),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+// === clients ===
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ClientKey {
+    protocol: BackendProtocol,
+    /// SHA-256 of the TLS settings (CA, names, client certificate and key).
+    tls: Option<[u8; 32]>,
+}
+
+/// Clients by protocol and TLS identity, reused across config pushes.
+#[derive(Default)]
+pub struct ClientCache {
+    clients: HashMap<ClientKey, HttpClient>,
+}
+
+impl ClientCache {
+    /// The client for these settings: an existing one, or a new one when the settings are new.
+    /// TLS settings are validated either way, so a bad certificate is always an error.
+    pub fn client(
+        &mut self,
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<HttpClient, TlsConfigError> {
+        let key = ClientKey {
+            protocol,
+            tls: tls.map(tls_fingerprint),
+        };
+        if let Some(client) = self.clients.get(&key) {
+            return Ok(client.clone());
+        }
+        let settings = tls.map(|t| tls_settings(t, protocol)).transpose()?;
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .http2_only(protocol == BackendProtocol::Http2)
+            .http2_adaptive_window(true)
+            .http2_keep_alive_interval(Some(Duration::from_secs(30)));
+        let client = builder.build(BackendConnector::new(settings));
+        self.clients.insert(key, client.clone());
+        Ok(client)
+    }
+
+    /// Forgets clients whose settings are no longer used by the loaded config.
+    pub fn retain_used(&mut self, used: &ClientCache) {
+        self.clients.retain(|k, _| used.clients.contains_key(k));
+    }
+
+    /// Copies an entry used by a compilation into `used`.
+    fn mark(&self, used: &mut ClientCache, protocol: BackendProtocol, tls: Option<&BackendTls>) {
+        let key = ClientKey {
+            protocol,
+            tls: tls.map(tls_fingerprint),
+        };
+        if let Some(c) = self.clients.get(&key) {
+            used.clients.insert(key, c.clone());
+        }
+    }
+}
+
+fn tls_fingerprint(tls: &BackendTls) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in [
+        Some(tls.ca_bundle_pem.as_str()),
+        Some(tls.server_name.as_str()),
+        tls.client_cert_pem.as_deref(),
+        tls.client_key_pem.as_deref(),
+    ] {
+        // length-prefixed so field boundaries cannot be shifted
+        let part = part.unwrap_or("");
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    for san in &tls.subject_alt_names {
+        h.update((san.len() as u64).to_be_bytes());
+        h.update(san.as_bytes());
+    }
+    h.finalize().into()
+}
+
+/// A backend's endpoints behind one client.
+pub struct Upstream {
+    client: HttpClient,
+    scheme: Scheme,
+    endpoints: Vec<Authority>,
+    next: AtomicUsize,
+    pub protocol: BackendProtocol,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("endpoints", &self.endpoints)
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An endpoint that is not `host:port`.
+#[derive(Debug, thiserror::Error)]
+#[error("endpoints[{index}]: `{value}` is not `ip:port` or `dns-name:port`")]
+pub struct EndpointError {
+    pub index: usize,
+    pub value: String,
+}
+
+impl Upstream {
+    /// `cache` supplies the client; `used` records it as in use by this compilation.
+    pub fn new(
+        cache: &mut ClientCache,
+        used: &mut ClientCache,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<Self, UpstreamError> {
+        let endpoints = endpoints
+            .iter()
+            .enumerate()
+            .map(|(index, e)| {
+                parse_endpoint(e).ok_or_else(|| EndpointError {
+                    index,
+                    value: e.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = cache.client(protocol, tls)?;
+        cache.mark(used, protocol, tls);
+        Ok(Self {
+            client,
+            scheme: if tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            },
+            endpoints,
+            next: AtomicUsize::new(0),
+            protocol,
+        })
+    }
+
+    /// The next endpoint in round-robin order.
+    pub fn next_endpoint(&self) -> &Authority {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len();
+        &self.endpoints[i]
+    }
+
+    pub fn uri(&self, endpoint: &Authority, path_and_query: &str) -> Result<Uri, http::Error> {
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(endpoint.clone())
+            .path_and_query(path_and_query)
+            .build()
+    }
+
+    pub fn client(&self) -> &HttpClient {
+        &self.client
+    }
+}
+
+/// Why an upstream could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    #[error("tls.{0}")]
+    Tls(#[from] TlsConfigError),
+}
+
+fn parse_endpoint(s: &str) -> Option<Authority> {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return s.parse().ok();
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if valid { s.parse().ok() } else { None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_must_be_host_and_port() {
+        for ok in [
+            "10.0.0.1:80",
+            "[::1]:8080",
+            "svc.ns.svc.cluster.local:443",
+            "localhost:1",
+        ] {
+            assert!(parse_endpoint(ok).is_some(), "{ok}");
+        }
+        for bad in [
+            "10.0.0.1",
+            "svc:http",
+            "svc:70000",
+            ":80",
+            "a..b:80",
+            "http://a:80",
+            "a/b:80",
+        ] {
+            assert!(parse_endpoint(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn round_robin_over_endpoints() {
+        let mut cache = ClientCache::default();
+        let mut used = ClientCache::default();
+        let up = Upstream::new(
+            &mut cache,
+            &mut used,
+            &["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            BackendProtocol::Http1,
+            None,
+        )
+        .unwrap();
+        let picks: Vec<String> = (0..4).map(|_| up.next_endpoint().to_string()).collect();
+        assert_eq!(
+            picks,
+            ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1", "127.0.0.1:2"]
+        );
+    }
+}
