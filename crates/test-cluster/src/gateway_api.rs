@@ -1,0 +1,63 @@
+//! The Gateway API CRDs (standard channel) of the version the `gateway-api` crate tracks, taken
+//! from the `sigs.k8s.io/gateway-api` Go module by `scripts/fetch-gateway-api-crds.sh`.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::Error;
+use crate::binaries::repo_root;
+
+/// The Gateway API release whose CRDs are installed.
+pub const GATEWAY_API_VERSION: &str = "v1.5.1";
+
+/// The directory holding the standard-channel CRD YAML files (fetched once per process).
+pub fn crd_dir() -> Result<PathBuf, Error> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = repo_root().join("scripts/fetch-gateway-api-crds.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .env("GATEWAY_API_VERSION", GATEWAY_API_VERSION)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("{}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed ({})", script.display(), out.status));
+        }
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim(),
+        ))
+    })
+    .clone()
+    .map_err(Error::Manifest)
+}
+
+/// Every standard-channel manifest, concatenated as one multi-document YAML.
+pub fn standard_manifests() -> Result<String, Error> {
+    let dir = crd_dir()?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| Error::io(&dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| !p.ends_with("kustomization.yaml"))
+        .collect();
+    files.sort();
+    let mut all = String::new();
+    for f in files {
+        all.push_str(&std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?);
+        all.push_str("\n---\n");
+    }
+    Ok(all)
+}
+
+/// Installs the Gateway API CRDs (and the upstream safe-upgrade admission policy) and waits
+/// until the CRDs are established. Returns the CRD names.
+pub async fn install_crds(client: &kube::Client) -> Result<Vec<String>, Error> {
+    crate::manifests::apply_crds_yaml(client, &standard_manifests()?).await
+}
