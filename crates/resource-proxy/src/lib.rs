@@ -11,5 +11,7 @@
 //! - [`status`]: Kubernetes `Status` bodies for the proxy's own answers.
 //! - [`names`]: names of the wiring objects in the client cluster (RP-3).
 
+pub mod config;
+mod dns;
 pub mod names;
 pub mod status;
