@@ -452,3 +452,95 @@ mod identities {
         assert!(err.to_string().contains("at most two groups"), "{err}");
     }
 }
+
+mod gateway_api {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use serde_json::json;
+
+    use super::{cp, namespace};
+
+    #[tokio::test]
+    async fn gateway_api_v1_5_1_crds_install_and_serve_their_kinds() {
+        let cp = cp();
+        let _logs = cp.logs_on_failure();
+        let beta = cp.cluster("beta");
+        let client = beta.client().await.unwrap();
+        let mut crds = test_cluster::gateway_api::install_crds(&client)
+            .await
+            .unwrap();
+        crds.sort();
+        for kind in [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "grpcroutes",
+            "referencegrants",
+            "backendtlspolicies",
+        ] {
+            assert!(
+                crds.contains(&format!("{kind}.gateway.networking.k8s.io")),
+                "{kind} missing from {crds:?}"
+            );
+        }
+        // Installing again is a no-op, not an error.
+        test_cluster::gateway_api::install_crds(&client)
+            .await
+            .unwrap();
+
+        let bundle = beta
+            .kubectl_ok(&[
+                "get",
+                "crd",
+                "gateways.gateway.networking.k8s.io",
+                "-o",
+                "jsonpath={.metadata.annotations.gateway\\.networking\\.k8s\\.io/bundle-version}",
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            bundle.trim(),
+            test_cluster::gateway_api::GATEWAY_API_VERSION
+        );
+        // The upstream safe-upgrade admission policy comes with the standard channel.
+        let vap = beta
+            .kubectl_ok(&["get", "validatingadmissionpolicy", "-o", "name"])
+            .await
+            .unwrap();
+        assert!(
+            vap.contains("safe-upgrades.gateway.networking.k8s.io"),
+            "{vap}"
+        );
+
+        let ns = namespace(&client, "gwapi").await;
+        let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+        let routes: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+        let route = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["app.example.test"],
+                     "rules": [{"backendRefs": [{"name": "svc", "port": 80}]}]}
+        });
+        routes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(route).unwrap(),
+            )
+            .await
+            .unwrap();
+        // The CRD's own validation runs: an invalid hostname is refused.
+        let bad = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "bad"},
+            "spec": {"hostnames": ["Not A Hostname"]}
+        });
+        let err = routes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(bad).unwrap(),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("hostnames"), "{err}");
+    }
+}

@@ -1,0 +1,32 @@
+# The two commands a newcomer needs: `make demo` and `make test`. See README.md.
+SHELL := /bin/bash
+CARGO ?= cargo
+STATE_DIR ?= .state/demo
+
+.PHONY: demo test lint unit control-plane bench-tunnel-proxy clean-state
+
+## demo: start a local client + target cluster pair (real etcd + kube-apiservers) and keep it up.
+demo: control-plane
+	$(CARGO) build --quiet -p test-cluster
+	@echo "Starting the demo control plane (Ctrl-C stops it)..."
+	./target/debug/test-cluster up --clusters client,target --controller-manager --gateway-api --state-dir $(STATE_DIR)
+
+## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters.
+test: lint control-plane
+	$(CARGO) test --workspace --locked
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## control-plane: build (once, cached by version) kube-apiserver, kube-controller-manager, kubectl, etcd.
+control-plane:
+	@bash scripts/build-control-plane.sh >/dev/null
+
+## bench-tunnel-proxy: tunnel-proxy vs nginx vs direct on loopback (installs nginx and wrk).
+bench-tunnel-proxy:
+	bash scripts/bench-tunnel-proxy.sh
+
+clean-state:
+	-./target/debug/test-cluster down --state-dir $(STATE_DIR)
+	rm -rf .state
