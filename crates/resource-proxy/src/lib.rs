@@ -14,4 +14,5 @@
 pub mod config;
 mod dns;
 pub mod names;
+pub mod request_info;
 pub mod status;

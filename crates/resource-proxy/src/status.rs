@@ -26,6 +26,8 @@ pub enum StatusReason {
     Forbidden,
     /// 404
     NotFound,
+    /// 405
+    MethodNotAllowed,
     /// 413
     RequestEntityTooLarge,
     /// 415
@@ -208,6 +210,24 @@ impl Status {
         status
     }
 
+    /// 405, as `NewMethodNotSupported(resource.group, action)`, for methods the API has no verb
+    /// for.
+    pub fn method_not_supported(resource: &str, group: &str, action: &str) -> Self {
+        Status::new(
+            405,
+            StatusReason::MethodNotAllowed,
+            format!(
+                "{action} is not supported on resources of kind {}",
+                quoted(&qualified(resource, group))
+            ),
+        )
+        .with_details(StatusDetails {
+            group: group.to_owned(),
+            kind: resource.to_owned(),
+            ..StatusDetails::default()
+        })
+    }
+
     /// 501 for connection upgrades (exec, attach, port-forward, websocket watches). The API
     /// server has no reason for 501, so the reason is omitted as for `StatusReasonUnknown`.
     pub fn upgrade_not_supported() -> Self {
@@ -373,6 +393,18 @@ mod tests {
             body(&status)["details"]["causes"],
             json!([{"reason":"NamespaceTerminating","message":"namespace team-a is being terminated",
                 "field":"metadata.namespace"}])
+        );
+    }
+
+    #[test]
+    fn method_not_supported_matches_new_method_not_supported() {
+        let status = Status::method_not_supported("widgets", "example.com", "options");
+        assert_eq!(
+            body(&status),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                "message":"options is not supported on resources of kind \"widgets.example.com\"",
+                "reason":"MethodNotAllowed","details":{"group":"example.com","kind":"widgets"},
+                "code":405})
         );
     }
 
