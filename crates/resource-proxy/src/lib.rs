@@ -13,6 +13,8 @@
 
 pub mod config;
 mod dns;
+pub mod labels;
 pub mod names;
 pub mod request_info;
+pub mod selector;
 pub mod status;
