@@ -266,7 +266,9 @@ pub fn classify(
         // `proxy` is a special verb with no meaning for custom resources.
         ["proxy", ..] => return Route::Outside,
         ["watch"] => return Route::Outside,
-        ["watch", rest @ ..] => (Some(Verb::Watch), rest),
+        // The legacy watch prefix only serves reads.
+        ["watch", rest @ ..] if read => (Some(Verb::Watch), rest),
+        ["watch", rest @ ..] => (Some(Verb::Unsupported(method.to_ascii_lowercase())), rest),
         _ => (None, rest),
     };
     if verb.is_none() {
@@ -513,6 +515,8 @@ mod tests {
         );
         let i = info("GET", "/apis/example.com/v1/watch/widgets/w1", None);
         assert_eq!((i.verb, i.name.as_deref()), (Verb::Watch, Some("w1")));
+        let i = info("DELETE", "/apis/example.com/v1/watch/widgets", None);
+        assert_eq!(i.verb, Verb::Unsupported("delete".into()));
     }
 
     #[test]
