@@ -1,1 +1,237 @@
-//! placeholder
+//! The admin port: config API (`PUT`/`GET /config`), `/healthz`, `/readyz`, `/metrics`.
+//!
+//! Authentication: when a token is configured, `/config` requires
+//! `Authorization: Bearer <token>`. Per RFC 7235 the scheme name is case-insensitive
+//! (`bearer` works) while the token is compared exactly, in constant time (SHA-256 digests
+//! compared with `subtle`, so neither content nor length leaks through timing). Health,
+//! readiness and metrics are never authenticated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State as AxumState};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tracing::{info, warn};
+
+use crate::state::{ApplyError, State};
+
+/// Largest accepted config document.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Settings of the admin API.
+#[derive(Debug, Clone, Default)]
+pub struct AdminOptions {
+    /// `None` = no authentication (standalone/dev use).
+    pub auth_token: Option<String>,
+    /// With a tunnel token: the connector's readiness URL (e.g. cloudflared's
+    /// `http://127.0.0.1:20241/ready`); `/readyz` also waits for it to answer 200.
+    pub connector_ready_url: Option<http::Uri>,
+}
+
+/// The admin API cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("the configured auth token is empty; unset it to disable authentication")]
+    EmptyToken,
+}
+
+struct Admin {
+    state: Arc<State>,
+    token_digest: Option<[u8; 32]>,
+    ready_url: Option<http::Uri>,
+    probe: Client<HttpConnector, Empty<Bytes>>,
+}
+
+/// Builds the admin router.
+pub fn router(state: Arc<State>, options: AdminOptions) -> Result<Router, AdminError> {
+    let token_digest = match options.auth_token {
+        Some(t) if t.is_empty() => return Err(AdminError::EmptyToken),
+        Some(t) => Some(Sha256::digest(t.as_bytes()).into()),
+        None => None,
+    };
+    let admin = Arc::new(Admin {
+        state,
+        token_digest,
+        ready_url: options.connector_ready_url,
+        probe: Client::builder(TokioExecutor::new()).build_http(),
+    });
+    Ok(Router::new()
+        .route("/config", get(get_config).put(put_config))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(admin))
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
+}
+
+impl Admin {
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let Some(expected) = &self.token_digest else {
+            return true;
+        };
+        let Some(token) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim_start_matches(' '))
+        else {
+            return false;
+        };
+        let got: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        got.ct_eq(expected).into()
+    }
+
+    fn unauthorized() -> Response {
+        let mut resp = error(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        resp
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
+async fn put_config(AxumState(admin): AxumState<Arc<Admin>>, req: Request) -> Response {
+    if !admin.authorized(req.headers()) {
+        return Admin::unauthorized();
+    }
+    if !is_json(req.headers()) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_CONFIG_BYTES as u64) {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "config larger than 1 MiB");
+    }
+    let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, "config larger than 1 MiB");
+        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
+    };
+    let state = admin.state.clone();
+    // Compilation parses certificates and regexes: keep it off the async workers.
+    let outcome = tokio::task::spawn_blocking(move || state.apply(&body)).await;
+    match outcome {
+        Ok(Ok(version)) => {
+            info!(version, "config loaded");
+            (StatusCode::OK, axum::Json(json!({ "version": version }))).into_response()
+        }
+        Ok(Err(e @ ApplyError::Invalid(_))) => {
+            warn!(error = %e, "config refused");
+            error(StatusCode::BAD_REQUEST, e)
+        }
+        Ok(Err(e @ ApplyError::Stale { loaded, .. })) => {
+            info!(error = %e, "stale config refused");
+            (
+                StatusCode::CONFLICT,
+                axum::Json(json!({ "error": e.to_string(), "loadedVersion": loaded })),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            warn!(error = %e, "config compilation task failed");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "config compilation failed",
+            )
+        }
+    }
+}
+
+/// The loaded document with private keys redacted.
+async fn get_config(AxumState(admin): AxumState<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if !admin.authorized(&headers) {
+        return Admin::unauthorized();
+    }
+    match admin.state.document() {
+        Some(doc) => axum::Json(doc.redacted()).into_response(),
+        None => error(StatusCode::NOT_FOUND, "no config loaded"),
+    }
+}
+
+async fn readyz(AxumState(admin): AxumState<Arc<Admin>>) -> Response {
+    if admin.state.draining() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
+    }
+    if admin.state.table().is_none() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no config loaded\n").into_response();
+    }
+    if let Some(url) = &admin.ready_url {
+        let probe = tokio::time::timeout(READY_PROBE_TIMEOUT, admin.probe.get(url.clone())).await;
+        match probe {
+            Ok(Ok(resp)) if resp.status() == StatusCode::OK => {}
+            Ok(Ok(resp)) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("connector not ready: {}\n", resp.status()),
+                )
+                    .into_response();
+            }
+            Ok(Err(e)) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("connector not ready: {e}\n"),
+                )
+                    .into_response();
+            }
+            Err(_) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "connector readiness probe timed out\n",
+                )
+                    .into_response();
+            }
+        }
+    }
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+async fn metrics(AxumState(admin): AxumState<Arc<Admin>>) -> Response {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, admin.state.registry()) {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, e);
+    }
+    Response::builder()
+        .header(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+        .body(Body::from(out))
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))
+}

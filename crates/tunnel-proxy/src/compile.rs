@@ -104,12 +104,12 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
 pub struct RouteTable {
     pub version: u64,
     pub table: Table<Rule>,
-    hosts: HashMap<String, HostMetrics>,
+    hosts: HashMap<String, Arc<HostMetrics>>,
 }
 
 impl RouteTable {
     /// Metrics handles of a hostname label returned by a lookup.
-    pub fn host_metrics(&self, hostname: &str) -> Option<&HostMetrics> {
+    pub fn host_metrics(&self, hostname: &str) -> Option<&Arc<HostMetrics>> {
         self.hosts.get(hostname)
     }
 }
@@ -210,7 +210,7 @@ pub fn compile(
         for label in labels {
             hosts
                 .entry(label.clone())
-                .or_insert_with(|| metrics.host(&label));
+                .or_insert_with(|| Arc::new(metrics.host(&label)));
         }
         let route_name: Arc<str> = Arc::from(name.as_str());
         let mut ctx = Ctx {

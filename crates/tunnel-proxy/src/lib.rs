@@ -10,5 +10,6 @@ pub mod filters;
 pub mod metrics;
 pub mod proxy;
 pub mod routing;
+pub mod smuggling;
 pub mod state;
 pub mod upstream;

@@ -1,1 +1,186 @@
-fn main() {}
+//! `tunnel-proxy` binary: flags, logging, the two listeners, and SIGTERM drain.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use tunnel_proxy::admin::{self, AdminOptions};
+use tunnel_proxy::compile::parse_duration;
+use tunnel_proxy::proxy;
+use tunnel_proxy::state::State;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+/// L7 data plane of the tunnel gateway.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Data-plane listen address (traffic from the connector).
+    #[arg(long, env = "TUNNEL_PROXY_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Admin listen address (config API, health, metrics).
+    #[arg(
+        long,
+        env = "TUNNEL_PROXY_ADMIN_LISTEN",
+        default_value = "0.0.0.0:8081"
+    )]
+    admin_listen: SocketAddr,
+    /// Bearer token required on /config. Set but empty refuses to start.
+    #[arg(
+        long,
+        env = "PROXY_AUTH_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "auth_token_file"
+    )]
+    auth_token: Option<String>,
+    /// File holding the bearer token (trailing newline ignored).
+    #[arg(long, env = "PROXY_AUTH_TOKEN_FILE")]
+    auth_token_file: Option<PathBuf>,
+    /// Connector token; only its presence matters here: it switches on tunnel mode, where
+    /// /readyz also waits for the connector.
+    #[arg(long, env = "TUNNEL_TOKEN", hide_env_values = true)]
+    tunnel_token: Option<String>,
+    /// The connector's readiness URL (cloudflared `--metrics 127.0.0.1:20241` serves `/ready`).
+    #[arg(
+        long,
+        env = "TUNNEL_PROXY_CONNECTOR_READY_URL",
+        default_value = "http://127.0.0.1:20241/ready"
+    )]
+    connector_ready_url: http::Uri,
+    /// After SIGTERM keep serving this long (the connector unregisters meanwhile).
+    #[arg(long, env = "PROXY_GRACE_PERIOD", default_value = "30s", value_parser = duration)]
+    grace_period: Duration,
+    /// After the grace period, wait at most this long for in-flight requests.
+    #[arg(long, env = "PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration)]
+    drain_timeout: Duration,
+    #[arg(long, env = "PROXY_LOG_FORMAT", value_enum, default_value = "json")]
+    log_format: LogFormat,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration like 30s, 1m, 500ms"))
+}
+
+fn main() -> anyhow::Result<()> {
+    // First, before anything can build a TLS config.
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
+        bail!("a rustls crypto provider was already installed");
+    }
+    let args = Args::parse();
+    init_logging(args.log_format);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?
+        .block_on(run(args))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let auth_token = match (&args.auth_token, &args.auth_token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    if auth_token.is_none() {
+        warn!("no auth token configured: the config API accepts unauthenticated pushes");
+    }
+    let tunnel_mode = args.tunnel_token.as_deref().is_some_and(|t| !t.is_empty());
+    if !tunnel_mode {
+        info!("standalone mode: no tunnel token, serving the data-plane port directly");
+    }
+    // Before anything is announced, so an early SIGTERM is a drain and not a kill.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let state = Arc::new(State::new());
+    let router = admin::router(
+        state.clone(),
+        AdminOptions {
+            auth_token,
+            connector_ready_url: tunnel_mode.then(|| args.connector_ready_url.clone()),
+        },
+    )?;
+    let data = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let admin_listener = TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("binding {}", args.admin_listen))?;
+    info!(
+        data_plane = %data.local_addr()?,
+        admin = %admin_listener.local_addr()?,
+        "listening"
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(admin_listener, router).await {
+            error!(error = %e, "admin server failed");
+        }
+    });
+
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let grace = args.grace_period;
+    let drain_state = state.clone();
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        drain_state.set_draining();
+        info!(
+            grace_ms = grace.as_millis() as u64,
+            "termination signal: serving through the grace period"
+        );
+        // A second signal cuts the drain short.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            warn!("second termination signal: exiting now");
+            std::process::exit(1);
+        });
+        tokio::time::sleep(grace).await;
+        let _ = drain_tx.send(());
+    };
+    let serving = proxy::serve(data, state, shutdown);
+    let drain_limit = async move {
+        if drain_rx.await.is_ok() {
+            tokio::time::sleep(args.drain_timeout).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = serving => info!("drained; exiting"),
+        () = drain_limit => warn!("drain timeout reached with requests in flight; exiting"),
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@
 //! config is compiled ([`HostMetrics`]), keeping label hashing off the request path.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -109,7 +110,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<HostLabel, Histogram>,
     backend_errors: Family<BackendErrorLabels, Counter>,
-    unmatched: HostMetrics,
+    unmatched: Arc<HostMetrics>,
 }
 
 impl Metrics {
@@ -143,42 +144,32 @@ impl Metrics {
             "Failed backend requests, by matched route hostname and reason",
             backend_errors.clone(),
         );
-        let mut metrics = Self {
+        let unmatched = Arc::new(host_metrics(
+            &requests,
+            &duration,
+            &backend_errors,
+            UNMATCHED,
+        ));
+        Self {
             in_flight,
             requests,
             duration,
             backend_errors,
-            unmatched: HostMetrics::placeholder(),
-        };
-        metrics.unmatched = metrics.host(UNMATCHED);
-        metrics
+            unmatched,
+        }
     }
 
     /// Handles for one hostname label; creates its series.
     pub fn host(&self, hostname: &str) -> HostMetrics {
-        let requests = CLASSES.map(|status_class| {
-            self.requests.get_or_create_owned(&RequestLabels {
-                hostname: hostname.to_owned(),
-                status_class,
-            })
-        });
-        let backend_errors = REASONS.map(|reason| {
-            self.backend_errors
-                .get_or_create_owned(&BackendErrorLabels {
-                    hostname: hostname.to_owned(),
-                    reason,
-                })
-        });
-        HostMetrics {
-            requests,
-            duration: self.duration.get_or_create_owned(&HostLabel {
-                hostname: hostname.to_owned(),
-            }),
-            backend_errors,
-        }
+        host_metrics(
+            &self.requests,
+            &self.duration,
+            &self.backend_errors,
+            hostname,
+        )
     }
 
-    pub fn unmatched(&self) -> &HostMetrics {
+    pub fn unmatched(&self) -> &Arc<HostMetrics> {
         &self.unmatched
     }
 
@@ -195,15 +186,32 @@ pub struct HostMetrics {
     backend_errors: [Counter; 5],
 }
 
-impl HostMetrics {
-    fn placeholder() -> Self {
-        Self {
-            requests: Default::default(),
-            duration: Histogram::new([1.0]),
-            backend_errors: Default::default(),
-        }
+fn host_metrics(
+    requests: &Family<RequestLabels, Counter>,
+    duration: &Family<HostLabel, Histogram>,
+    backend_errors: &Family<BackendErrorLabels, Counter>,
+    hostname: &str,
+) -> HostMetrics {
+    HostMetrics {
+        requests: CLASSES.map(|status_class| {
+            requests.get_or_create_owned(&RequestLabels {
+                hostname: hostname.to_owned(),
+                status_class,
+            })
+        }),
+        duration: duration.get_or_create_owned(&HostLabel {
+            hostname: hostname.to_owned(),
+        }),
+        backend_errors: REASONS.map(|reason| {
+            backend_errors.get_or_create_owned(&BackendErrorLabels {
+                hostname: hostname.to_owned(),
+                reason,
+            })
+        }),
     }
+}
 
+impl HostMetrics {
     /// Counts a response by its status class (codes outside 100..=599 cannot occur in hyper).
     pub fn response(&self, status: http::StatusCode) {
         let i = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;

@@ -1,1 +1,785 @@
-//! placeholder
+//! The data plane: an HTTP/1.1 + h2c server that routes each request with the live table and
+//! forwards it, streaming, to a backend.
+//!
+//! Status codes the proxy produces itself: 400 for requests it refuses to interpret (no or
+//! conflicting host, `Content-Length` with `Transfer-Encoding`), 404 when no route matches
+//! (gRPC: 200 with `grpc-status: 12`), 500 for rules with nothing to forward to, the rule's or
+//! backend's configured failure status, 503 when no connection to the chosen endpoint could be
+//! made, 502 when the TLS handshake failed or the backend broke the exchange, 504 when the
+//! response headers did not arrive within the request/backend timeout.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::compile::{Action, Backend, Mirror, Rule, Target};
+use crate::filters::{self, RedirectInput};
+use crate::metrics::{BackendErrorReason, HostMetrics};
+use crate::routing::{self, RequestView};
+use crate::smuggling::Sniffed;
+use crate::state::State;
+use crate::upstream::{BoxError, ConnectError, ProxyBody, Upstream};
+
+/// Frames a mirror may lag behind the primary request before it is cut off.
+const MIRROR_QUEUE_FRAMES: usize = 16;
+/// A mirror without a configured timeout gives up after this long.
+const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
+
+// === server ===
+
+/// Accepts connections until `shutdown` resolves, then stops accepting, asks every
+/// connection to finish (HTTP/1.1 closes after the response in flight, HTTP/2 sends GOAWAY)
+/// and returns once all of them have.
+pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .adaptive_window(true);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(error = %e, "set_nodelay failed");
+        }
+        let state = state.clone();
+        let conflicting_length = Arc::new(AtomicBool::new(false));
+        let io = TokioIo::new(Sniffed::new(stream, conflicting_length.clone()));
+        let service =
+            service_fn(move |req| handle(state.clone(), peer, conflicting_length.clone(), req));
+        let conn = builder
+            .serve_connection_with_upgrades(io, service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    info!(
+        connections = graceful.count(),
+        "stopped accepting; finishing in-flight requests"
+    );
+    graceful.shutdown().await;
+}
+
+// === request handling ===
+
+/// Metrics bookkeeping of one request; finishes when the response body is done or dropped.
+struct Completion {
+    start: Instant,
+    in_flight: Gauge,
+    host: Arc<HostMetrics>,
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        self.in_flight.dec();
+        self.host.duration(self.start.elapsed().as_secs_f64());
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request's [`Completion`] alive.
+    struct Tracked<B> {
+        #[pin]
+        inner: B,
+        done: Completion,
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = BoxError>> Body for Tracked<B> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    peer: SocketAddr,
+    conflicting_length: Arc<AtomicBool>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let start = Instant::now();
+    let in_flight = state.metrics().in_flight().clone();
+    in_flight.inc();
+    let mut done = Completion {
+        start,
+        in_flight,
+        host: state.metrics().unmatched().clone(),
+    };
+    let resp = if conflicting_length.load(Ordering::Relaxed) && req.version() != Version::HTTP_2 {
+        debug!(%peer, "refused request with both Content-Length and Transfer-Encoding");
+        bad_request("both Content-Length and Transfer-Encoding")
+    } else {
+        route_and_forward(&state, peer, req, &mut done).await
+    };
+    done.host.response(resp.status());
+    let (parts, body) = resp.into_parts();
+    Ok(Response::from_parts(
+        parts,
+        Tracked { inner: body, done }.boxed_unsync(),
+    ))
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+async fn route_and_forward(
+    state: &State,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+    done: &mut Completion,
+) -> Response<ProxyBody> {
+    let grpc = is_grpc(req.headers());
+    let authority = match routed_authority(&req) {
+        Ok(a) => a,
+        Err(why) => {
+            debug!(%peer, why, "refused request");
+            return bad_request(why);
+        }
+    };
+    let Some(host) = authority.to_str().ok().and_then(routing::normalize_host) else {
+        return local(StatusCode::BAD_REQUEST, "invalid host");
+    };
+    let table = state.table();
+    let Some(table) = table.as_ref() else {
+        return not_found(grpc);
+    };
+    let view = RequestView {
+        host: &host,
+        path: req.uri().path(),
+        query: req.uri().query(),
+        method: req.method(),
+        headers: req.headers(),
+        grpc,
+    };
+    let Some(m) = table.table.lookup(&view) else {
+        return not_found(grpc);
+    };
+    if let Some(h) = table.host_metrics(m.hostname) {
+        done.host = h.clone();
+    }
+    let rule: &Rule = m.rule;
+    let matched_prefix = m.matched_prefix.map(str::to_owned);
+    let mut resp = match &rule.action {
+        Action::Respond(status) => local(*status, ""),
+        Action::Redirect(redirect) => {
+            let port = authority
+                .to_str()
+                .ok()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok());
+            let location = redirect.location(&RedirectInput {
+                scheme: forwarded_proto(req.headers()),
+                host: &host,
+                port,
+                path: req.uri().path(),
+                query: req.uri().query(),
+                matched_prefix: matched_prefix.as_deref(),
+            });
+            let mut resp = local(redirect.status, "");
+            match HeaderValue::from_str(&location) {
+                Ok(v) => {
+                    resp.headers_mut().insert(header::LOCATION, v);
+                }
+                Err(_) => *resp.status_mut() = StatusCode::BAD_REQUEST,
+            }
+            resp
+        }
+        Action::Forward { choice, backends } => {
+            let backend = &backends[choice.pick(rand::random_range(0..choice.total()))];
+            match &backend.target {
+                Target::Fail(status) => local(*status, ""),
+                Target::Upstream(upstream) => {
+                    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+                    let fwd = Forward {
+                        rule,
+                        backend,
+                        upstream,
+                        host_metrics: &done.host,
+                        peer,
+                        authority: &authority,
+                        matched_prefix: matched_prefix.as_deref(),
+                    };
+                    fwd.run(req, client_upgrade).await
+                }
+            }
+        }
+    };
+    if let Some(modifier) = &rule.response_headers {
+        modifier.apply(resp.headers_mut());
+    }
+    resp
+}
+
+/// The authority a request is routed by: `Host` for HTTP/1, `:authority` (or `Host`) for
+/// HTTP/2. Ambiguity is refused rather than resolved, so no header or request-target form
+/// can make the proxy route by a name other than the one a front proxy checked.
+fn routed_authority(req: &Request<Incoming>) -> Result<HeaderValue, &'static str> {
+    let headers = req.headers();
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err("more than one Host header");
+    }
+    let uri_authority = req.uri().authority().map(|a| a.as_str());
+    match (req.version(), host, uri_authority) {
+        (Version::HTTP_2, None, Some(a)) => {
+            HeaderValue::from_str(a).map_err(|_| "invalid :authority")
+        }
+        (_, Some(h), None) => Ok(h.clone()),
+        (_, Some(h), Some(a)) if h.as_bytes().eq_ignore_ascii_case(a.as_bytes()) => Ok(h.clone()),
+        (_, Some(_), Some(_)) => Err("request target authority differs from Host"),
+        (_, None, _) => Err("missing Host"),
+    }
+}
+
+/// The scheme the client used, as told by the front proxy (`http` when unknown). It only
+/// shapes redirects and `X-Forwarded-Proto`, never routing.
+fn forwarded_proto(headers: &HeaderMap) -> &'static str {
+    match headers.get("x-forwarded-proto").map(HeaderValue::as_bytes) {
+        Some(b"https") => "https",
+        _ => "http",
+    }
+}
+
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && connection_has(req.headers(), "upgrade")
+}
+
+fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), except what an upgrade needs and
+/// `te: trailers` (gRPC needs it).
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        if !(keep_upgrade && name == header::UPGRADE) {
+            headers.remove(name);
+        }
+    }
+    let te_trailers = headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    });
+    for name in [
+        header::TE,
+        header::TRANSFER_ENCODING,
+        header::TRAILER,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(name);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// 400 and close: after a request we refuse to interpret, the connection's framing cannot be
+/// trusted either.
+fn bad_request(why: &'static str) -> Response<ProxyBody> {
+    let mut resp = local(StatusCode::BAD_REQUEST, why);
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+fn local(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
+    let mut resp = Response::new(
+        Full::new(Bytes::from_static(body.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = status;
+    if !body.is_empty() {
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    resp
+}
+
+fn not_found(grpc: bool) -> Response<ProxyBody> {
+    if !grpc {
+        return local(StatusCode::NOT_FOUND, "no matching route\n");
+    }
+    // gRPC trailers-only response: UNIMPLEMENTED.
+    let mut resp = local(StatusCode::OK, "");
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from_static("12"));
+    h.insert(
+        "grpc-message",
+        HeaderValue::from_static("no matching route"),
+    );
+    resp
+}
+
+// === forwarding ===
+
+struct Forward<'a> {
+    rule: &'a Rule,
+    backend: &'a Backend,
+    upstream: &'a Upstream,
+    host_metrics: &'a HostMetrics,
+    peer: SocketAddr,
+    authority: &'a HeaderValue,
+    matched_prefix: Option<&'a str>,
+}
+
+impl Forward<'_> {
+    async fn run(
+        self,
+        req: Request<Incoming>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Response<ProxyBody> {
+        let (mut parts, body) = req.into_parts();
+        let upgrade = client_upgrade.is_some();
+        if upgrade && self.upstream.protocol != crate::config::BackendProtocol::Http1 {
+            warn!(route = %self.rule.route, backend = %self.backend.name, "upgrade request to an HTTP/2 backend refused");
+            self.host_metrics.backend_error(BackendErrorReason::Upgrade);
+            return local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n");
+        }
+        self.prepare_headers(&mut parts, upgrade);
+        let path_and_query = self.path_and_query(&parts);
+        let body = body.map_err(BoxError::from);
+        let body: ProxyBody = if self.rule.mirrors.is_empty() {
+            body.boxed_unsync()
+        } else {
+            let senders = self.start_mirrors(&parts, &path_and_query);
+            if senders.is_empty() {
+                body.boxed_unsync()
+            } else {
+                Tee {
+                    inner: body,
+                    mirrors: senders,
+                }
+                .boxed_unsync()
+            }
+        };
+        let endpoint = self.upstream.next_endpoint();
+        let uri = match self.upstream.uri(endpoint, &path_and_query) {
+            Ok(uri) => uri,
+            Err(e) => {
+                warn!(route = %self.rule.route, error = %e, "cannot build the upstream URI");
+                return local(StatusCode::BAD_REQUEST, "invalid request target\n");
+            }
+        };
+        parts.uri = uri;
+        parts.version = match self.upstream.protocol {
+            crate::config::BackendProtocol::Http1 => Version::HTTP_11,
+            crate::config::BackendProtocol::Http2 => Version::HTTP_2,
+        };
+        let request = self
+            .upstream
+            .client()
+            .request(Request::from_parts(parts, body));
+        let deadline = match (self.rule.request_timeout, self.rule.backend_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let result = match deadline {
+            Some(d) => match tokio::time::timeout(d, request).await {
+                Ok(r) => r,
+                Err(_) => {
+                    warn!(route = %self.rule.route, backend = %self.backend.name, %endpoint,
+                        reason = "timeout", timeout_ms = d.as_millis() as u64, "backend request failed");
+                    self.host_metrics.backend_error(BackendErrorReason::Timeout);
+                    return local(StatusCode::GATEWAY_TIMEOUT, "backend timeout\n");
+                }
+            },
+            None => request.await,
+        };
+        let mut resp = match result {
+            Ok(resp) => resp,
+            Err(e) => {
+                let (reason, status) = classify(&e);
+                warn!(route = %self.rule.route, backend = %self.backend.name, %endpoint,
+                    reason = reason.as_str(), error = %error_chain(&e), "backend request failed");
+                self.host_metrics.backend_error(reason);
+                return local(status, "backend unavailable\n");
+            }
+        };
+        if let Some(client_upgrade) = client_upgrade
+            && resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        {
+            let upstream_upgrade = hyper::upgrade::on(&mut resp);
+            let route = self.rule.route.clone();
+            let backend = self.backend.name.clone();
+            tokio::spawn(async move {
+                match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                    Ok((client, upstream)) => {
+                        let mut client = TokioIo::new(client);
+                        let mut upstream = TokioIo::new(upstream);
+                        if let Err(e) =
+                            tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                        {
+                            debug!(%route, %backend, error = %e, "upgraded connection ended with an error");
+                        }
+                    }
+                    Err(e) => {
+                        warn!(%route, %backend, reason = "upgrade", error = %e, "upgrade failed")
+                    }
+                }
+            });
+            let (mut parts, _) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers, true);
+            return Response::from_parts(
+                parts,
+                http_body_util::Empty::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            );
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers, false);
+        Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync())
+    }
+
+    fn prepare_headers(&self, parts: &mut Parts, upgrade: bool) {
+        let h = &mut parts.headers;
+        strip_hop_by_hop(h, upgrade);
+        if let Some(m) = &self.rule.request_headers {
+            m.apply(h);
+        }
+        let host = self
+            .rule
+            .rewrite
+            .as_ref()
+            .and_then(|r| r.hostname.clone())
+            .unwrap_or_else(|| self.authority.clone());
+        h.insert(header::HOST, host);
+        let peer_ip = self.peer.ip().to_string();
+        let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {peer_ip}"),
+            None => peer_ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&xff) {
+            h.insert("x-forwarded-for", v);
+        }
+        let proto = forwarded_proto(h);
+        h.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+    }
+
+    fn path_and_query(&self, parts: &Parts) -> String {
+        let path = parts.uri.path();
+        let path = match self.rule.rewrite.as_ref().and_then(|r| r.path.as_ref()) {
+            Some(rewrite) => rewrite.apply(path, self.matched_prefix),
+            None => path.to_owned(),
+        };
+        match parts.uri.query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        }
+    }
+
+    /// Starts the selected mirrors; returns the senders feeding their bodies.
+    fn start_mirrors(&self, parts: &Parts, path_and_query: &str) -> Vec<MirrorSender> {
+        let mut senders = Vec::new();
+        for mirror in &self.rule.mirrors {
+            if !filters::mirror_selected(mirror.percent, rand::random_range(0..100)) {
+                continue;
+            }
+            let Target::Upstream(upstream) = &mirror.backend.target else {
+                continue;
+            };
+            let endpoint = upstream.next_endpoint();
+            let Ok(uri) = upstream.uri(endpoint, path_and_query) else {
+                continue;
+            };
+            let (tx, rx) = mpsc::channel(MIRROR_QUEUE_FRAMES);
+            let cut = Arc::new(AtomicBool::new(false));
+            let mut req = Request::new(
+                MirrorBody {
+                    rx,
+                    cut: cut.clone(),
+                }
+                .boxed_unsync(),
+            );
+            *req.method_mut() = parts.method.clone();
+            *req.uri_mut() = uri;
+            *req.headers_mut() = parts.headers.clone();
+            *req.version_mut() = match upstream.protocol {
+                crate::config::BackendProtocol::Http1 => Version::HTTP_11,
+                crate::config::BackendProtocol::Http2 => Version::HTTP_2,
+            };
+            if parts.method == Method::GET || parts.method == Method::HEAD {
+                req.headers_mut().remove(header::CONTENT_LENGTH);
+            }
+            spawn_mirror(mirror, upstream, req, self.rule.backend_timeout);
+            senders.push(MirrorSender { tx, cut });
+        }
+        senders
+    }
+}
+
+fn spawn_mirror(
+    mirror: &Mirror,
+    upstream: &Upstream,
+    req: Request<ProxyBody>,
+    timeout: Option<Duration>,
+) {
+    let name = mirror.backend.name.clone();
+    let fut = upstream.client().request(req);
+    tokio::spawn(async move {
+        match tokio::time::timeout(timeout.unwrap_or(MIRROR_TIMEOUT), fut).await {
+            Ok(Ok(resp)) => {
+                // Read the body so the connection goes back to the pool.
+                let _ = resp.into_body().collect().await;
+            }
+            Ok(Err(e)) => debug!(mirror = %name, error = %error_chain(&e), "mirror request failed"),
+            Err(_) => debug!(mirror = %name, "mirror request timed out"),
+        }
+    });
+}
+
+fn classify(e: &hyper_util::client::legacy::Error) -> (BackendErrorReason, StatusCode) {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<ConnectError>() {
+            return match c {
+                ConnectError::Tcp(_) => {
+                    (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE)
+                }
+                ConnectError::Tls(_) => (BackendErrorReason::Tls, StatusCode::BAD_GATEWAY),
+            };
+        }
+        source = s.source();
+    }
+    if e.is_connect() {
+        (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE)
+    } else {
+        (BackendErrorReason::Protocol, StatusCode::BAD_GATEWAY)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+// === mirroring ===
+
+struct MirrorSender {
+    tx: mpsc::Sender<Frame<Bytes>>,
+    cut: Arc<AtomicBool>,
+}
+
+pin_project_lite::pin_project! {
+    /// The primary request body, copying each frame to the mirrors without ever waiting for
+    /// them: a mirror whose queue is full is cut off (its request fails) and the primary
+    /// carries on.
+    struct Tee<B> {
+        #[pin]
+        inner: B,
+        mirrors: Vec<MirrorSender>,
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = BoxError>> Body for Tee<B> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let copy = || {
+                    if let Some(data) = frame.data_ref() {
+                        Some(Frame::data(data.clone()))
+                    } else {
+                        frame.trailers_ref().map(|t| Frame::trailers(t.clone()))
+                    }
+                };
+                this.mirrors
+                    .retain(|m| match copy().map(|f| m.tx.try_send(f)) {
+                        None | Some(Ok(())) => true,
+                        Some(Err(_)) => {
+                            m.cut.store(true, Ordering::Relaxed);
+                            false
+                        }
+                    });
+            }
+            Poll::Ready(Some(Err(_))) => {
+                for m in this.mirrors.drain(..) {
+                    m.cut.store(true, Ordering::Relaxed);
+                }
+            }
+            Poll::Ready(None) => this.mirrors.clear(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A mirror's request body: the frames the [`Tee`] copied.
+struct MirrorBody {
+    rx: mpsc::Receiver<Frame<Bytes>>,
+    cut: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("mirror fell behind the primary request and was cut off")]
+struct MirrorCut;
+
+impl Body for MirrorBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(None) if self.cut.load(Ordering::Relaxed) => {
+                Poll::Ready(Some(Err(MirrorCut.into())))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_including_connection_listed_ones() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers, deflate"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        let mut names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["te", "x-keep"]);
+        assert_eq!(h[header::TE], "trailers");
+    }
+
+    #[test]
+    fn upgrade_keeps_upgrade_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h[header::UPGRADE], "websocket");
+        assert_eq!(h[header::CONNECTION], "upgrade");
+    }
+}

@@ -1,6 +1,7 @@
 //! The live state shared by the data plane and the config API: the current route table
 //! (swapped atomically), the document it came from, metrics, and the pooled clients.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
@@ -29,6 +30,7 @@ pub struct State {
     /// Serialises pushes (so the version check and the swap are one step) and keeps the
     /// upstream clients across pushes.
     clients: Mutex<ClientCache>,
+    draining: AtomicBool,
 }
 
 impl Default for State {
@@ -47,6 +49,7 @@ impl State {
             metrics,
             registry,
             clients: Mutex::new(ClientCache::default()),
+            draining: AtomicBool::new(false),
         }
     }
 
@@ -80,6 +83,15 @@ impl State {
     /// The loaded document, if any.
     pub fn document(&self) -> Option<Arc<Config>> {
         self.document.load_full()
+    }
+
+    /// Marks the process as shutting down: `/readyz` answers 503 from now on.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     pub fn metrics(&self) -> &Metrics {

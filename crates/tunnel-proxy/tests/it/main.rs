@@ -1,1 +1,11 @@
+//! Integration tests of `tunnel-proxy` against real backends on loopback. One test binary
+//! (modules below) so the crate links once.
 
+mod admin;
+mod common;
+mod data_plane;
+mod drain;
+mod grpc;
+mod hostile;
+mod tls;
+mod websocket;
