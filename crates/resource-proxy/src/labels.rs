@@ -34,6 +34,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::config::ClientIdentity;
+use crate::request_info::Verb;
 use crate::status::Status;
 
 /// Label naming the client (virtual cluster) that owns an object.
@@ -98,6 +99,18 @@ pub enum BodyKind {
     Object,
     /// A patch (PATCH), including server-side apply.
     Patch,
+}
+
+impl BodyKind {
+    /// The body kind of a verb that writes a body (create, update, patch); `None` otherwise
+    /// (delete bodies are DeleteOptions, not objects, and get no labels).
+    pub fn for_verb(verb: &Verb) -> Option<BodyKind> {
+        match verb {
+            Verb::Create | Verb::Update => Some(BodyKind::Object),
+            Verb::Patch => Some(BodyKind::Patch),
+            _ => None,
+        }
+    }
 }
 
 /// Whether the object's `metadata.labels` map exists before a JSON patch.
@@ -908,6 +921,22 @@ mod tests {
             r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","labels":null}}"#,
         ));
         assert_eq!(owner_labels_of(&value), CORRECT);
+    }
+
+    #[test]
+    fn only_create_update_and_patch_bodies_are_labelled() {
+        assert_eq!(BodyKind::for_verb(&Verb::Create), Some(BodyKind::Object));
+        assert_eq!(BodyKind::for_verb(&Verb::Update), Some(BodyKind::Object));
+        assert_eq!(BodyKind::for_verb(&Verb::Patch), Some(BodyKind::Patch));
+        for verb in [
+            Verb::Delete,
+            Verb::DeleteCollection,
+            Verb::Get,
+            Verb::List,
+            Verb::Watch,
+        ] {
+            assert_eq!(BodyKind::for_verb(&verb), None, "{verb:?}");
+        }
     }
 
     #[test]
