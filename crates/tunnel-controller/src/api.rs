@@ -1,0 +1,175 @@
+//! The `cf.k8s.lex.la/v1alpha1` resources (TG-1): GatewayClassConfig (cluster-scoped, the
+//! GatewayClass's parametersRef) and GatewayConfig (namespaced, a Gateway's
+//! `spec.infrastructure.parametersRef`). Validation lives in the schema (OpenAPI bounds and
+//! patterns; CEL where a rule spans fields), so the API server refuses bad objects.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The API group of the project's resources.
+pub const GROUP: &str = "cf.k8s.lex.la";
+/// The default key of the Cloudflare API token in a credentials Secret.
+pub const DEFAULT_API_TOKEN_KEY: &str = "api-token";
+/// The default key of the connector token in a tunnel-token Secret.
+pub const DEFAULT_TUNNEL_TOKEN_KEY: &str = "tunnel-token";
+/// The default key of the config-API token in an auth Secret.
+pub const DEFAULT_AUTH_TOKEN_KEY: &str = "auth-token";
+/// Replicas of a dedicated plane when neither `replicas` nor `autoscaling` is set.
+pub const DEFAULT_REPLICAS: i32 = 2;
+/// The metric the HPA scales on unless `autoscaling.metricName` says otherwise.
+pub const DEFAULT_AUTOSCALING_METRIC: &str = "cftunnel_proxy_requests_in_flight";
+
+/// Cluster-wide settings of the `cloudflare-tunnel` GatewayClass: the operator's tunnel and
+/// credentials, and the per-namespace policy for dedicated data planes.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cf.k8s.lex.la",
+    version = "v1alpha1",
+    kind = "GatewayClassConfig",
+    shortname = "gcconfig",
+    status = "GatewayClassConfigStatus",
+    printcolumn = r#"{"name":"Tunnel ID","type":"string","jsonPath":".spec.tunnelID"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassConfigSpec {
+    /// The shared plane's Cloudflare Tunnel (lower-case UUID).
+    #[serde(rename = "tunnelID")]
+    #[schemars(regex(
+        pattern = r"^[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}$"
+    ))]
+    pub tunnel_id: String,
+    /// The Cloudflare account (32 lower-case hex). When unset: the credentials Secret's
+    /// `account-id` key, else the only account the API token can see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-f0-9]{32}$"))]
+    pub account_id: Option<String>,
+    /// The Secret holding the Cloudflare API token.
+    pub cloudflare_credentials_secret_ref: SecretKeyRef,
+    /// Let dedicated Gateways in different namespaces share one tunnel (their routes are merged
+    /// into one ingress document and pushed to every plane of that tunnel). Off by default:
+    /// a tunnel then belongs to one claimant.
+    #[serde(default)]
+    pub allow_shared_tunnels: bool,
+    /// At most this many dedicated data planes per namespace; unset means no cap. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_data_planes_per_namespace: Option<i32>,
+}
+
+/// A reference to a key of a Secret, possibly in another namespace (operator-owned config only).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Defaults to the controller's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Defaults to `api-token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Observed state of a GatewayClassConfig.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassConfigStatus {
+    /// `SecretsResolved` and `Valid`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A dedicated data plane for one Gateway: its own tunnel (from the connector token), its own
+/// proxy Deployment, its own config-API credentials.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cf.k8s.lex.la",
+    version = "v1alpha1",
+    kind = "GatewayConfig",
+    namespaced,
+    shortname = "gwconfig",
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("!(has(self.replicas) && has(self.autoscaling))").message("replicas and autoscaling are mutually exclusive: set one"))]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayConfigSpec {
+    /// The Secret (same namespace) holding the connector token; the tunnel is the token's.
+    pub tunnel_token_secret_ref: LocalSecretKeyRef,
+    /// Cloudflare API credentials for this tunnel's ingress document (key `api-token` by
+    /// default); the GatewayClassConfig's when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloudflare_credentials_secret_ref: Option<LocalSecretKeyRef>,
+    /// The config-API token of this plane (key `auth-token` by default); generated into
+    /// `cf-proxy-<gateway>-auth` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_token_secret_ref: Option<LocalSecretKeyRef>,
+    /// Fixed replica count (default 2). Exclusive with `autoscaling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: Option<i32>,
+    /// Horizontal autoscaling on in-flight requests per pod. Exclusive with `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// Resources of the proxy container; the controller's defaults when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// The proxy image; the controller's `--proxy-image` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1), regex(pattern = r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$"))]
+    pub image: Option<String>,
+}
+
+/// A key of a Secret in the object's own namespace (there is deliberately no namespace field).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretKeyRef {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The key; each reference documents its default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl LocalSecretKeyRef {
+    /// The key, or `default` when unset.
+    pub fn key_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.key.as_deref().unwrap_or(default)
+    }
+}
+
+/// HPA settings (autoscaling/v2, Pods metric, average value per pod).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("self.maxReplicas >= (has(self.minReplicas) ? self.minReplicas : 2)").message("maxReplicas must be at least minReplicas (2 when unset)"))]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscaling {
+    /// Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub min_replicas: Option<i32>,
+    #[schemars(range(min = 1, max = 100))]
+    pub max_replicas: i32,
+    /// Target average of in-flight requests per pod.
+    #[schemars(range(min = 1))]
+    pub target_inflight_per_pod: i32,
+    /// Default `cftunnel_proxy_requests_in_flight`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub metric_name: Option<String>,
+}
+
+/// The CRD manifests of both resources as one multi-document YAML (what `deploy/` carries).
+pub fn crds_yaml() -> String {
+    let crds = [GatewayClassConfig::crd(), GatewayConfig::crd()];
+    let mut out = String::from(
+        "# Generated by `cargo run -p tunnel-controller --bin crdgen`; do not edit.\n",
+    );
+    for crd in crds {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd).expect("a CRD serializes to YAML"));
+    }
+    out
+}
