@@ -1,0 +1,50 @@
+//! Thin typed client for the Cloudflare API endpoints the tunnel gateway controller calls.
+//!
+//! Endpoints (each method cites its documentation page):
+//! - `GET|PUT /accounts/{account_id}/cfd_tunnel/{tunnel_id}/configurations`: the tunnel's
+//!   ingress document ([`Client::get_tunnel_configuration`], [`Client::put_tunnel_configuration`]);
+//!   unknown fields survive a GET→PUT round trip;
+//! - `GET /accounts` with pagination ([`Client::list_accounts`]);
+//! - `GET /user/tokens/verify` (user-owned tokens) and `GET /accounts/{id}/tokens/verify`
+//!   (account-owned tokens);
+//! - `GET /accounts/{id}/cfd_tunnel/{id}` and `.../token` (claim verification, TG-8).
+//!
+//! Every failure is an [`Error`] whose [`Error::kind`] is a metric label; [`retry()`] retries the
+//! retryable kinds with `Retry-After` honoured. Calls are reported to a [`CallObserver`], such as
+//! [`ApiMetrics`]. [`ConnectorToken`] decodes tunnel connector tokens and compares secrets in
+//! constant time.
+//!
+//! The client uses reqwest on rustls without a bundled provider: install ring's provider
+//! (`rustls::crypto::ring::default_provider().install_default()`) before [`ClientBuilder::build`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use cloudflare_api::{ApiMetrics, Client, IngressRule, RetryPolicy, retry};
+//! let mut registry = prometheus_client::registry::Registry::default();
+//! let metrics = Arc::new(ApiMetrics::register(&mut registry));
+//! let client = Client::builder("api-token").observer(metrics).build()?;
+//! let (account, tunnel) = ("0123456789abcdef0123456789abcdef", "f70ff985-a4ef-4643-bbbc-4a0ed4fc8415");
+//! let policy = RetryPolicy::default();
+//! let mut current = retry(&policy, tokio::time::sleep, || client.get_tunnel_configuration(account, tunnel)).await?;
+//! current.config.ingress = vec![IngressRule::new("app.example.com", "http://localhost:8080"), IngressRule::catch_all()];
+//! retry(&policy, tokio::time::sleep, || client.put_tunnel_configuration(account, tunnel, &current.config)).await?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod error;
+mod observe;
+mod retry;
+mod token;
+mod types;
+
+pub use client::{ACCOUNTS_PER_PAGE, Client, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_TIMEOUT};
+pub use error::{AUTH_ERROR_CODES, ApiMessage, BuildError, Error, ErrorKind};
+pub use observe::{ApiMetrics, CallObserver, CallRecord, Resource};
+pub use retry::{RetryPolicy, retry};
+pub use token::{ConnectorToken, TokenError, is_account_id, is_uuid, secrets_equal};
+pub use types::{
+    Account, CATCH_ALL_SERVICE, Envelope, IngressRule, ResultInfo, TokenVerification, Tunnel,
+    TunnelConfig, TunnelConfiguration,
+};

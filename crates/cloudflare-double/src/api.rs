@@ -1,0 +1,356 @@
+//! The API surface: routing, authentication, and the endpoints, as pure functions of the world.
+//!
+//! Every behaviour names its source; `docs/cloudflare-double.md` has the same table.
+//! "Observed" means a real response quoted in a public issue thread or client code, not a
+//! documentation page; "UNCONFIRMED" marks choices no public source settled.
+
+use serde_json::{Value, json};
+
+use crate::state::{World, is_account_id, is_uuid, now_rfc3339};
+use crate::validate::{CODE_BAD_CONFIGURATION, validate_config};
+
+/// Default `per_page` of `GET /accounts` (UNCONFIRMED: the legacy api.cloudflare.com docs said
+/// 20, minimum 5, maximum 50; the current page lists the parameters without bounds).
+pub const DEFAULT_PER_PAGE: u64 = 20;
+/// Largest accepted `per_page` (values above are clamped).
+pub const MAX_PER_PAGE: u64 = 50;
+/// Smallest accepted `per_page` (values below are raised).
+pub const MIN_PER_PAGE: u64 = 5;
+
+/// An answer: status, extra headers, JSON or plain-text body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Extra headers (e.g. `Retry-After`).
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Body,
+}
+
+/// A reply body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// `application/json`.
+    Json(Value),
+    /// `text/plain` (the edge's `error code: NNN` pages).
+    Text(String),
+}
+
+fn error(code: i64, message: &str) -> Value {
+    json!({"code": code, "message": message})
+}
+
+/// `{"success": false, "errors": [...], "messages": [], "result": null}` (envelope schema on every
+/// page of <https://developers.cloudflare.com/api/>).
+pub fn failure(status: u16, errors: Vec<Value>) -> Reply {
+    Reply {
+        status,
+        headers: vec![],
+        body: Body::Json(
+            json!({"success": false, "errors": errors, "messages": [], "result": null}),
+        ),
+    }
+}
+
+fn success(result: Value) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![],
+        body: Body::Json(json!({"success": true, "errors": [], "messages": [], "result": result})),
+    }
+}
+
+/// HTTP 400, codes 7003 + 7000: an unknown route or a malformed identifier. Observed:
+/// cloudflare/cloudflare-go#118 (HTTP 400, "Could not route to ..., perhaps your object identifier
+/// is invalid?" + "No route for that URI").
+pub fn no_route(full_path: &str) -> Reply {
+    failure(
+        400,
+        vec![
+            error(
+                7003,
+                &format!(
+                    "Could not route to {full_path}, perhaps your object identifier is invalid?"
+                ),
+            ),
+            error(7000, "No route for that URI"),
+        ],
+    )
+}
+
+/// HTTP 400, 6003 with 6111 in `error_chain`: missing or malformed `Authorization`. Observed:
+/// kissgyorgy/cloudflare-dyndns#40. (Missing and malformed share this answer: a simplification.)
+fn bad_auth_header() -> Reply {
+    failure(
+        400,
+        vec![json!({"code": 6003, "message": "Invalid request headers",
+                    "error_chain": [error(6111, "Invalid format for Authorization header")]})],
+    )
+}
+
+/// HTTP 401, code 1000 "Invalid API Token": unknown token. Observed on `/user/tokens/verify`
+/// for unknown and for account-owned tokens; applied to every endpoint (the real API may answer
+/// resource endpoints with 403/9109 instead; both are `auth` to the client).
+fn invalid_token() -> Reply {
+    failure(401, vec![error(1000, "Invalid API Token")])
+}
+
+/// HTTP 403, code 10000 "Authentication error": a valid token used on an account it does not
+/// reach. Observed: cloudflare/workers-sdk#2863 (wrong account ID), terraform-provider#1533.
+fn forbidden() -> Reply {
+    failure(403, vec![error(10000, "Authentication error")])
+}
+
+/// Handles one API request. `path` is relative to the base (`/client/v4` stripped);
+/// `full_path` is the request path, for messages.
+pub(crate) fn handle(
+    world: &mut World,
+    method: &str,
+    path: &str,
+    full_path: &str,
+    query: Option<&str>,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> Reply {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let route = match (method, segs.as_slice()) {
+        ("GET", ["accounts"]) => Route::Accounts,
+        ("GET", ["user", "tokens", "verify"]) => Route::VerifyUser,
+        ("GET", ["accounts", a, "tokens", "verify"]) if is_account_id(a) => Route::VerifyAccount(a),
+        (m, ["accounts", a, "cfd_tunnel", t, rest @ ..]) if is_account_id(a) && is_uuid(t) => {
+            match (m, rest) {
+                ("GET", []) => Route::Tunnel(a, t),
+                ("GET", ["token"]) => Route::TunnelToken(a, t),
+                ("GET", ["configurations"]) => Route::GetConfig(a, t),
+                ("PUT", ["configurations"]) => Route::PutConfig(a, t),
+                _ => return no_route(full_path),
+            }
+        }
+        _ => return no_route(full_path),
+    };
+
+    let Some(token) = authorization
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.contains(char::is_whitespace))
+    else {
+        return bad_auth_header();
+    };
+    let Some(rec) = world.tokens.get(token) else {
+        return invalid_token();
+    };
+    let scope = rec.scope.clone();
+    let token_id = rec.id.clone();
+    let account_owned = matches!(scope, crate::TokenScope::Account(_));
+
+    if let Some(account) = route.account()
+        && !scope.reaches(&account.to_ascii_lowercase())
+    {
+        return forbidden();
+    }
+
+    match route {
+        Route::Accounts if account_owned => {
+            // Observed: edgefirst-dev/starter#3, HTTP 400 code 1001.
+            failure(
+                400,
+                vec![error(
+                    1001,
+                    "List accounts endpoint does not support account owned tokens.",
+                )],
+            )
+        }
+        Route::Accounts => list_accounts(world, &scope.accounts(), query),
+        // Account-owned tokens fail the user endpoint (observed: "Invalid API Token");
+        // user tokens on the account endpoint are refused the same way (UNCONFIRMED, symmetric).
+        Route::VerifyUser if account_owned => invalid_token(),
+        Route::VerifyAccount(_) if !account_owned => invalid_token(),
+        Route::VerifyUser | Route::VerifyAccount(_) => verified(&token_id),
+        Route::Tunnel(a, t) => with_tunnel(world, a, t, |acct, tun| {
+            success(json!({
+                "id": tun.id, "account_tag": acct, "name": tun.name,
+                "created_at": tun.created_at, "deleted_at": null,
+                "connections": [], "conns_active_at": null, "conns_inactive_at": null,
+                "tun_type": "cfd_tunnel", "status": "inactive",
+                "remote_config": true, "config_src": "cloudflare", "metadata": {}
+            }))
+        }),
+        Route::TunnelToken(a, t) => match world.tunnel_token(a, t) {
+            Ok(token) => success(Value::String(token)),
+            Err(_) => tunnel_not_found(),
+        },
+        Route::GetConfig(a, t) => {
+            with_tunnel(world, a, t, |acct, tun| success(configuration(acct, tun)))
+        }
+        Route::PutConfig(a, t) => put_config(world, a, t, body),
+    }
+}
+
+enum Route<'a> {
+    Accounts,
+    VerifyUser,
+    VerifyAccount(&'a str),
+    Tunnel(&'a str, &'a str),
+    TunnelToken(&'a str, &'a str),
+    GetConfig(&'a str, &'a str),
+    PutConfig(&'a str, &'a str),
+}
+
+impl<'a> Route<'a> {
+    fn account(&self) -> Option<&'a str> {
+        match *self {
+            Route::Accounts | Route::VerifyUser => None,
+            Route::VerifyAccount(a)
+            | Route::Tunnel(a, _)
+            | Route::TunnelToken(a, _)
+            | Route::GetConfig(a, _)
+            | Route::PutConfig(a, _) => Some(a),
+        }
+    }
+}
+
+/// Verify result `{id, status}` plus message 10000 "This API Token is valid and active"
+/// (docs: user/accounts tokens verify pages; message observed in
+/// putyourlightson/craft-cloudflare#88).
+fn verified(token_id: &str) -> Reply {
+    let mut reply = success(json!({"id": token_id, "status": "active"}));
+    if let Body::Json(v) = &mut reply.body {
+        v["messages"] =
+            json!([{"code": 10000, "message": "This API Token is valid and active", "type": null}]);
+    }
+    reply
+}
+
+/// HTTP 404, code 1000 "Tunnel not found" (UNCONFIRMED code and text: no public capture found;
+/// the status follows REST convention and the `code >= 1000` schema).
+fn tunnel_not_found() -> Reply {
+    failure(404, vec![error(1000, "Tunnel not found")])
+}
+
+fn with_tunnel(
+    world: &World,
+    account: &str,
+    tunnel: &str,
+    f: impl FnOnce(&str, &crate::state::TunnelRec) -> Reply,
+) -> Reply {
+    match world.tunnel(&account.to_ascii_lowercase(), &tunnel.to_ascii_lowercase()) {
+        Ok(t) => f(account, t),
+        Err(_) => tunnel_not_found(),
+    }
+}
+
+/// Result shape of GET/PUT configurations (docs: `{account_id, config, created_at, source,
+/// tunnel_id, version}`). A never-configured tunnel answers `config: null`, `version: 0`
+/// (UNCONFIRMED: the schema marks `config` optional).
+fn configuration(account: &str, t: &crate::state::TunnelRec) -> Value {
+    json!({
+        "account_id": account,
+        "tunnel_id": t.id,
+        "version": t.version,
+        "config": t.config.clone().unwrap_or(Value::Null),
+        "source": "cloudflare",
+        "created_at": t.config_created_at.clone().unwrap_or_else(|| t.created_at.clone()),
+    })
+}
+
+fn put_config(world: &mut World, account: &str, tunnel: &str, body: &[u8]) -> Reply {
+    let (account, tunnel) = (account.to_ascii_lowercase(), tunnel.to_ascii_lowercase());
+    if world.tunnel(&account, &tunnel).is_err() {
+        return tunnel_not_found();
+    }
+    let parsed: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        // UNCONFIRMED code for a body that is not a JSON object.
+        _ => {
+            return failure(
+                400,
+                vec![error(
+                    CODE_BAD_CONFIGURATION,
+                    "Bad Configuration: request body must be a JSON object",
+                )],
+            );
+        }
+    };
+    let config = parsed.get("config").cloned().unwrap_or(json!({}));
+    if let Err(message) = validate_config(&config) {
+        return failure(400, vec![error(CODE_BAD_CONFIGURATION, &message)]);
+    }
+    let Ok(t) = world.tunnel_mut(&account, &tunnel) else {
+        return tunnel_not_found();
+    };
+    t.config = Some(config);
+    t.version += 1;
+    t.writes += 1;
+    t.config_created_at = Some(now_rfc3339());
+    let result = configuration(&account, t);
+    success(result)
+}
+
+fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply {
+    let mut page = 1u64;
+    let mut per_page = DEFAULT_PER_PAGE;
+    for pair in query.unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("page", v)) => page = v.parse().unwrap_or(1).max(1),
+            Some(("per_page", v)) => {
+                per_page = v
+                    .parse()
+                    .unwrap_or(DEFAULT_PER_PAGE)
+                    .clamp(MIN_PER_PAGE, MAX_PER_PAGE)
+            }
+            _ => {}
+        }
+    }
+    let all: Vec<Value> = world
+        .accounts
+        .values()
+        .filter(|a| visible.contains(&a.id.as_str()))
+        .map(|a| {
+            json!({"id": a.id, "name": a.name, "type": "standard", "created_on": a.created_on,
+                   "settings": {"enforce_twofactor": false}})
+        })
+        .collect();
+    let start = usize::try_from((page - 1).saturating_mul(per_page)).unwrap_or(usize::MAX);
+    let items: Vec<Value> = all
+        .iter()
+        .skip(start)
+        .take(per_page as usize)
+        .cloned()
+        .collect();
+    let mut reply = success(Value::Array(items.clone()));
+    if let Body::Json(v) = &mut reply.body {
+        v["result_info"] = json!({
+            "page": page, "per_page": per_page, "count": items.len(), "total_count": all.len()
+        });
+    }
+    reply
+}
+
+/// The answer to an injected status fault. 429: code 10100 and `Retry-After` (observed on
+/// community.cloudflare.com "Do requests to Cloudflare's API include ... when rate limited";
+/// header per <https://developers.cloudflare.com/fundamentals/api/reference/limits/>).
+/// 5xx: the edge's plain-text `error code: NNN` page.
+pub(crate) fn fault_reply(fault: &crate::Fault) -> Option<Reply> {
+    match *fault {
+        crate::Fault::RateLimited { retry_after_secs } => {
+            let mut r = failure(
+                429,
+                vec![error(
+                    10100,
+                    "More than 1200 requests per 300 seconds reached. Please wait and consider throttling your request speed",
+                )],
+            );
+            r.headers
+                .push(("retry-after", retry_after_secs.to_string()));
+            Some(r)
+        }
+        crate::Fault::Status(status) if status >= 500 => Some(Reply {
+            status,
+            headers: vec![],
+            body: Body::Text(format!("error code: {status}")),
+        }),
+        crate::Fault::Status(status) => Some(failure(status, vec![error(1000, "injected fault")])),
+        crate::Fault::Hang | crate::Fault::Close => None,
+    }
+}
