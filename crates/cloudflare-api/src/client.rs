@@ -145,7 +145,7 @@ impl Client {
     pub async fn list_accounts(&self) -> Result<Vec<Account>, Error> {
         let mut accounts = Vec::new();
         for page in 1..=MAX_PAGES {
-            let mut url = self.url(&["accounts"]);
+            let mut url = self.url(&["accounts"])?;
             url.query_pairs_mut()
                 .append_pair("page", &page.to_string())
                 .append_pair("per_page", &ACCOUNTS_PER_PAGE.to_string());
@@ -173,7 +173,7 @@ impl Client {
     /// Doc: <https://developers.cloudflare.com/api/resources/user/subresources/tokens/methods/verify/>.
     /// Account-owned tokens fail here; use [`Client::verify_account_token`] for them.
     pub async fn verify_user_token(&self) -> Result<TokenVerification, Error> {
-        let url = self.url(&["user", "tokens", "verify"]);
+        let url = self.url(&["user", "tokens", "verify"])?;
         self.result(Method::GET, url, Resource::TokenVerify, None)
             .await
     }
@@ -182,7 +182,7 @@ impl Client {
     ///
     /// Doc: <https://developers.cloudflare.com/api/resources/accounts/subresources/tokens/methods/verify/>.
     pub async fn verify_account_token(&self, account_id: &str) -> Result<TokenVerification, Error> {
-        let url = self.url(&["accounts", account_id, "tokens", "verify"]);
+        let url = self.url(&["accounts", account_id, "tokens", "verify"])?;
         self.result(Method::GET, url, Resource::TokenVerify, None)
             .await
     }
@@ -192,7 +192,7 @@ impl Client {
     /// Doc: <https://developers.cloudflare.com/api/resources/zero_trust/subresources/tunnels/subresources/cloudflared/>
     /// ("Get a Cloudflare Tunnel").
     pub async fn get_tunnel(&self, account_id: &str, tunnel_id: &str) -> Result<Tunnel, Error> {
-        let url = self.url(&["accounts", account_id, "cfd_tunnel", tunnel_id]);
+        let url = self.url(&["accounts", account_id, "cfd_tunnel", tunnel_id])?;
         self.result(Method::GET, url, Resource::Tunnel, None).await
     }
 
@@ -206,7 +206,7 @@ impl Client {
         account_id: &str,
         tunnel_id: &str,
     ) -> Result<String, Error> {
-        let url = self.url(&["accounts", account_id, "cfd_tunnel", tunnel_id, "token"]);
+        let url = self.url(&["accounts", account_id, "cfd_tunnel", tunnel_id, "token"])?;
         self.result(Method::GET, url, Resource::TunnelToken, None)
             .await
     }
@@ -219,7 +219,7 @@ impl Client {
         account_id: &str,
         tunnel_id: &str,
     ) -> Result<TunnelConfiguration, Error> {
-        let url = self.config_url(account_id, tunnel_id);
+        let url = self.config_url(account_id, tunnel_id)?;
         let (_, env): (_, Envelope<TunnelConfiguration>) = self
             .send(Method::GET, url, Resource::TunnelConfigurations, None)
             .await?;
@@ -237,7 +237,7 @@ impl Client {
         tunnel_id: &str,
         config: &TunnelConfig,
     ) -> Result<TunnelConfiguration, Error> {
-        let url = self.config_url(account_id, tunnel_id);
+        let url = self.config_url(account_id, tunnel_id)?;
         let body =
             serde_json::to_vec(&PutConfigurationBody { config }).map_err(|e| Error::Decode {
                 status: 0,
@@ -247,7 +247,7 @@ impl Client {
             .await
     }
 
-    fn config_url(&self, account_id: &str, tunnel_id: &str) -> Url {
+    fn config_url(&self, account_id: &str, tunnel_id: &str) -> Result<Url, Error> {
         self.url(&[
             "accounts",
             account_id,
@@ -257,13 +257,24 @@ impl Client {
         ])
     }
 
-    /// Base URL plus percent-encoded path segments (an ID can never add a segment).
-    fn url(&self, segments: &[&str]) -> Url {
+    /// Base URL plus percent-encoded path segments: an ID can never add or remove a segment
+    /// (`/` is encoded; empty, `.` and `..` IDs are refused before sending, with status 0).
+    fn url(&self, segments: &[&str]) -> Result<Url, Error> {
+        if let Some(bad) = segments.iter().find(|s| matches!(**s, "" | "." | "..")) {
+            return Err(Error::Invalid {
+                status: 0,
+                errors: vec![crate::ApiMessage {
+                    code: 0,
+                    message: format!("identifier {bad:?} is not a valid path segment"),
+                    error_chain: vec![],
+                }],
+            });
+        }
         let mut url = self.inner.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
         }
-        url
+        Ok(url)
     }
 
     /// Sends and requires a `result`.

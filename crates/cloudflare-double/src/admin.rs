@@ -7,7 +7,7 @@
 //! | `POST /accounts {"id"?, "name"}` | creates an account → `{"id"}` |
 //! | `POST /tunnels {"account_id", "id"?, "name", "secret"?}` | creates a tunnel → `{account_id, tunnel_id, token}` |
 //! | `POST /tokens {"value", "accounts": [..]}` or `{"value", "account"}` | registers a user- or account-owned API token |
-//! | `POST /faults {"method"?, "path", "times"?, "fault"}` | `fault`: `{"status":503}`, `{"rate_limited":{"retry_after_secs":2}}`, `"hang"`, `"close"` |
+//! | `POST /faults {"method"?, "path", "times"?, "fault"}` | `fault`: `{"status":503}`, `{"rate_limited":{"retry_after_secs":2}}`, `"malformed"`, `"hang"`, `"close"` |
 //! | `DELETE /faults` | clears faults |
 //! | `GET /calls` | the call log `[{method, path, query, status}]` |
 //! | `DELETE /calls` | clears the call log |

@@ -351,6 +351,11 @@ pub(crate) fn fault_reply(fault: &crate::Fault) -> Option<Reply> {
             body: Body::Text(format!("error code: {status}")),
         }),
         crate::Fault::Status(status) => Some(failure(status, vec![error(1000, "injected fault")])),
+        crate::Fault::Malformed => Some(Reply {
+            status: 200,
+            headers: vec![],
+            body: Body::Text("<html><body>maintenance</body></html>".into()),
+        }),
         crate::Fault::Hang | crate::Fault::Close => None,
     }
 }

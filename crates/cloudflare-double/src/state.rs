@@ -46,6 +46,8 @@ pub enum Fault {
         /// `Retry-After` value in seconds.
         retry_after_secs: u64,
     },
+    /// HTTP 200 whose body is not the envelope (an HTML page, as a broken proxy would send).
+    Malformed,
     /// Accept the request and never answer (until the double stops).
     Hang,
     /// Close the connection without an answer.
