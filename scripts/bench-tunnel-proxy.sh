@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# TG-15 benchmark: tunnel-proxy beside nginx (same route, upstream keep-alive) and direct to
+# the backend, on loopback. Proxy and nginx are pinned to CPU 0; wrk and the backend to CPU 1
+# (the machine has 2 cores). Each run is DURATION seconds (default 5).
+#
+#   scripts/bench-tunnel-proxy.sh            # full table
+#   DURATION=3 scripts/bench-tunnel-proxy.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DURATION="${DURATION:-5}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-tunnel-proxy}"
+PROXY_CPU="${PROXY_CPU:-0}"
+LOAD_CPU="${LOAD_CPU:-1}"
+BACKEND_PORT=18090
+PROXY_PORT=18080
+ADMIN_PORT=18081
+NGINX_PORT=18070
+HOST=bench.example.com
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need nginx || ! need taskset || ! need curl; then
+  echo "installing wrk, nginx, util-linux, curl from Debian packages" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx util-linux curl >/dev/null
+fi
+
+echo "building tunnel-proxy and bench-backend (release)" >&2
+cargo build --release -q -p tunnel-proxy --bin tunnel-proxy --example bench-backend
+BIN="$CARGO_TARGET_DIR/release"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    if (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
+
+taskset -c "$LOAD_CPU" "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
+PIDS+=($!)
+wait_port "$BACKEND_PORT"
+
+PROXY_LOG_FORMAT=text RUST_LOG=warn taskset -c "$PROXY_CPU" "$BIN/tunnel-proxy" \
+  --listen "127.0.0.1:$PROXY_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text &
+PIDS+=($!)
+wait_port "$ADMIN_PORT"
+curl -sf -X PUT -H 'content-type: application/json' "http://127.0.0.1:$ADMIN_PORT/config" -d @- >/dev/null <<EOF
+{"version": 1, "routes": [{"kind": "HTTPRoute", "name": "bench/bench", "hostnames": ["$HOST"],
+  "rules": [{"backends": [{"name": "bench/backend:80", "endpoints": ["127.0.0.1:$BACKEND_PORT"]}]}]}]}
+EOF
+
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<EOF
+user root;
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream backend {
+    server 127.0.0.1:$BACKEND_PORT;
+    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    server_name $HOST;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
+PIDS+=($!)
+wait_port "$NGINX_PORT"
+
+# wrk latency to milliseconds
+to_ms() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+    printf "%.3f", n }'
+}
+
+run() { # target port conns path -> "rps p50 p99"
+  local out
+  out="$(taskset -c "$LOAD_CPU" wrk -t1 -c"$3" -d"${DURATION}s" --latency -H "Host: $HOST" "http://127.0.0.1:$2/$4")"
+  local rps p50 p99
+  rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+  p50="$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
+  p99="$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
+  if grep -q "Non-2xx" <<<"$out"; then echo "non-2xx answers from $1: $out" >&2; exit 1; fi
+  echo "$rps $p50 $p99"
+}
+
+# warm-up (pools, page cache)
+for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT; do
+  taskset -c "$LOAD_CPU" wrk -t1 -c8 -d1s -H "Host: $HOST" "http://127.0.0.1:$port/empty" >/dev/null
+done
+
+printf "%-6s %-6s | %10s %8s %8s | %10s %8s %8s | %10s %8s %8s | %9s %9s\n" \
+  body conns "proxy r/s" p50ms p99ms "nginx r/s" p50ms p99ms "direct r/s" p50ms p99ms "rps p/n" "p99 p/n"
+for path in empty 1m; do
+  for conns in 1 64; do
+    read -r prps pp50 pp99 <<<"$(run proxy $PROXY_PORT "$conns" "$path")"
+    read -r nrps np50 np99 <<<"$(run nginx $NGINX_PORT "$conns" "$path")"
+    read -r drps dp50 dp99 <<<"$(run direct $BACKEND_PORT "$conns" "$path")"
+    printf "%-6s %-6s | %10.0f %8s %8s | %10.0f %8s %8s | %10.0f %8s %8s | %9.2f %9.2f\n" \
+      "$path" "$conns" "$prps" "$pp50" "$pp99" "$nrps" "$np50" "$np99" "$drps" "$dp50" "$dp99" \
+      "$(awk -v a="$prps" -v b="$nrps" 'BEGIN {print a / b}')" \
+      "$(awk -v a="$pp99" -v b="$np99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
+  done
+done
+echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; ${DURATION}s per run; rps p/n > 1 and p99 p/n < 1 favour the proxy"
