@@ -176,10 +176,12 @@ pub(crate) fn handle(
                 "remote_config": true, "config_src": "cloudflare", "metadata": {}
             }))
         }),
-        Route::TunnelToken(a, t) => match world.tunnel_token(a, t) {
-            Ok(token) => success(Value::String(token)),
-            Err(_) => tunnel_not_found(),
-        },
+        Route::TunnelToken(a, t) => {
+            match world.tunnel_token(&a.to_ascii_lowercase(), &t.to_ascii_lowercase()) {
+                Ok(token) => success(Value::String(token)),
+                Err(_) => tunnel_not_found(),
+            }
+        }
         Route::GetConfig(a, t) => {
             with_tunnel(world, a, t, |acct, tun| success(configuration(acct, tun)))
         }
@@ -234,8 +236,9 @@ fn with_tunnel(
     tunnel: &str,
     f: impl FnOnce(&str, &crate::state::TunnelRec) -> Reply,
 ) -> Reply {
-    match world.tunnel(&account.to_ascii_lowercase(), &tunnel.to_ascii_lowercase()) {
-        Ok(t) => f(account, t),
+    let account = account.to_ascii_lowercase();
+    match world.tunnel(&account, &tunnel.to_ascii_lowercase()) {
+        Ok(t) => f(&account, t),
         Err(_) => tunnel_not_found(),
     }
 }

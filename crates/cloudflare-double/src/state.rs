@@ -333,6 +333,12 @@ impl World {
         if !valid {
             return Err(ControlError::TokenValue);
         }
+        let scope = match scope {
+            TokenScope::User(accounts) => {
+                TokenScope::User(accounts.iter().map(|a| a.to_ascii_lowercase()).collect())
+            }
+            TokenScope::Account(a) => TokenScope::Account(a.to_ascii_lowercase()),
+        };
         for account in scope.accounts() {
             if !self.accounts.contains_key(account) {
                 return Err(ControlError::NoAccount(account.into()));

@@ -269,6 +269,20 @@ async fn connector_token_endpoint() {
     let token = v["result"].as_str().unwrap();
     assert!(token.starts_with("eyJhIjoi"), "{token}");
     assert_eq!(token, double.tunnel_token(&account, &tunnel).unwrap());
+    // Identifiers are case-insensitive hex.
+    let upper = api(
+        &double,
+        "GET",
+        &format!(
+            "/accounts/{}/cfd_tunnel/{}/token",
+            account.to_ascii_uppercase(),
+            tunnel.to_ascii_uppercase()
+        ),
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(upper["result"].as_str(), Some(token));
 }
 
 #[tokio::test]
