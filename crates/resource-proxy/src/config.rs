@@ -251,6 +251,9 @@ pub struct ListenerSection {
     pub serving_cert_file: Option<PathBuf>,
     /// Its key.
     pub serving_key_file: Option<PathBuf>,
+    /// CA the serving certificate chains to, published as the APIServices' `caBundle`; default
+    /// the last certificate of `servingCertFile`. Only with `servingCertFile`.
+    pub serving_ca_file: Option<PathBuf>,
 }
 
 /// `metrics`.
@@ -452,6 +455,8 @@ pub struct ServingCertificate {
     pub cert_file: PathBuf,
     /// Key file.
     pub key_file: PathBuf,
+    /// CA file for the `caBundle`; `None`: the last certificate of `cert_file`.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The validated configuration with defaults applied.
@@ -795,6 +800,12 @@ impl ConfigFile {
             ),
             _ => {}
         }
+        if self.listeners.serving_ca_file.is_some() && self.listeners.serving_cert_file.is_none() {
+            errs.push(
+                "listeners.servingCaFile",
+                "is only valid with servingCertFile and servingKeyFile",
+            );
+        }
         if let Some(address) = &self.metrics.address {
             match address.parse::<SocketAddr>() {
                 Ok(addr) => {
@@ -921,6 +932,7 @@ impl ConfigFile {
             (Some(cert), Some(key)) => Some(ServingCertificate {
                 cert_file: cert.clone(),
                 key_file: key.clone(),
+                ca_file: self.listeners.serving_ca_file.clone(),
             }),
             _ => None,
         };
@@ -1650,6 +1662,17 @@ targets:
         assert_eq!(
             error_paths(&format!("{base}listeners:\n  servingCertFile: /c\n")),
             vec!["listeners.servingKeyFile"]
+        );
+        assert_eq!(
+            error_paths(&format!("{base}listeners:\n  servingCaFile: /ca\n")),
+            vec!["listeners.servingCaFile"]
+        );
+        let files = format!(
+            "{base}listeners:\n  servingCertFile: /c\n  servingKeyFile: /k\n  servingCaFile: /ca\n"
+        );
+        assert_eq!(
+            resolved(&files).serving.and_then(|s| s.ca_file),
+            Some(PathBuf::from("/ca"))
         );
     }
 

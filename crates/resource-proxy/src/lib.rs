@@ -17,4 +17,5 @@ pub mod labels;
 pub mod names;
 pub mod request_info;
 pub mod selector;
+pub mod serving;
 pub mod status;

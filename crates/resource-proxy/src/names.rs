@@ -36,6 +36,13 @@ pub const MAX_SERVICE_NAME_LEN: usize = 63;
 /// Hex characters of the SHA-256 of the full name appended to a shortened name.
 const HASH_SUFFIX_LEN: usize = 10;
 
+/// Label on the APIService and Service naming the client (`client.name`) whose proxy wired them,
+/// so a proxy removes only its own stale wiring.
+pub const CLIENT_LABEL: &str = "resource-proxy.vcluster.loft.sh/client";
+
+/// Field manager of the proxy's server-side applies.
+pub const FIELD_MANAGER: &str = "resource-proxy";
+
 /// `<version>.<group>`.
 pub fn api_service_name(group: &str, version: &str) -> String {
     format!("{version}.{group}")
@@ -44,7 +51,36 @@ pub fn api_service_name(group: &str, version: &str) -> String {
 /// `proxy-<group with dots as dashes>-<version>`, shortened with a hash suffix when it would be
 /// longer than 63 characters.
 pub fn service_name(group: &str, version: &str) -> String {
-    let full = format!("proxy-{}-{version}", group.replace('.', "-"));
+    shorten(format!("proxy-{}-{version}", group.replace('.', "-")))
+}
+
+/// Lease of the client's proxy replicas (in `kube-system` of the client cluster):
+/// `resource-proxy-<client>`, shortened like [`service_name`].
+pub fn lease_name(client: &str) -> String {
+    shorten(format!("resource-proxy-{client}"))
+}
+
+/// Secret holding the generated serving CA and certificate (in `kube-system` of the client
+/// cluster): `resource-proxy-serving-<client>`, shortened like [`service_name`].
+pub fn serving_secret_name(client: &str) -> String {
+    shorten(format!("resource-proxy-serving-{client}"))
+}
+
+/// Name of the protection policy's `matchConditions` entry that exempts this client's proxy
+/// identity: `exempt-<client>`, shortened like [`service_name`].
+pub fn exemption_condition_name(client: &str) -> String {
+    shorten(format!("exempt-{client}"))
+}
+
+/// Field manager for the protection policy: one per client, so each proxy owns its own
+/// exemption entry and a proxy's apply never removes another client's entry.
+pub fn policy_field_manager(client: &str) -> String {
+    format!("{FIELD_MANAGER}-{client}")
+}
+
+/// `full` when it fits a DNS label, else its first 52 characters (without a trailing dash), `-`,
+/// and the first 10 hex digits of its SHA-256.
+fn shorten(full: String) -> String {
     if full.len() <= MAX_SERVICE_NAME_LEN {
         return full;
     }
@@ -56,7 +92,8 @@ pub fn service_name(group: &str, version: &str) -> String {
         .map(|n| char::from_digit(u32::from(n), 16).unwrap_or('0'))
         .collect();
     let keep = MAX_SERVICE_NAME_LEN - HASH_SUFFIX_LEN - 1;
-    // The name is ASCII (a validated group and version), so byte slicing is on char boundaries.
+    // The names are ASCII (validated groups, versions and client names), so byte slicing is on
+    // char boundaries.
     let prefix = full[..keep].trim_end_matches('-');
     format!("{prefix}-{hash}")
 }
@@ -133,6 +170,25 @@ mod tests {
         let name = service_name(&group, "v1");
         assert!(!name.contains("--"), "{name}");
         assert!(is_dns1035_label(&name), "{name}");
+    }
+
+    #[test]
+    fn per_client_names_fit_a_dns_label() {
+        assert_eq!(lease_name("client-a"), "resource-proxy-client-a");
+        assert_eq!(
+            serving_secret_name("client-a"),
+            "resource-proxy-serving-client-a"
+        );
+        assert_eq!(exemption_condition_name("client-a"), "exempt-client-a");
+        let long = "c".repeat(63);
+        for name in [
+            lease_name(&long),
+            serving_secret_name(&long),
+            exemption_condition_name(&long),
+        ] {
+            assert!(is_dns1035_label(&name), "{name}");
+        }
+        assert_ne!(lease_name(&long), lease_name(&"d".repeat(63)));
     }
 
     #[test]
