@@ -1,0 +1,249 @@
+//! Who may call the proxy (RP-4): only the client cluster's aggregator, proven by a client
+//! certificate that chains to the request-header CA and whose CN is an allowed name, both read
+//! from `kube-system/extension-apiserver-authentication` (and followed as it changes). Only then
+//! are the identity headers (`X-Remote-User`, ...) believed.
+//!
+//! The TLS layer requests a client certificate but defers the chain check to [`Authenticator`]
+//! (it still proves possession of the key), so a caller with no or a wrong certificate gets a
+//! Kubernetes `Status` 401, as from kube-apiserver itself, and CA rotation needs no new TLS config.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::watcher;
+use rustls::DistinguishedName;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime, pem::PemObject};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+
+/// Namespace and name of the ConfigMap kube-apiserver publishes its request-header settings in.
+pub const AUTH_CONFIGMAP_NAMESPACE: &str = "kube-system";
+pub const AUTH_CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
+
+/// Why a caller was refused (logged; the caller sees a plain 401).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    #[error("no client certificate")]
+    NoCertificate,
+    #[error("the request-header CA is not known yet")]
+    NotConfigured,
+    #[error("client certificate not signed by the request-header CA: {0}")]
+    Untrusted(String),
+    #[error("client certificate CN {0:?} is not an allowed request-header name")]
+    NameNotAllowed(String),
+    #[error("no user in the request headers")]
+    NoUser,
+}
+
+/// The request-header settings in force.
+pub struct RequestHeaderConfig {
+    verifier: Arc<dyn ClientCertVerifier>,
+    allowed_names: Vec<String>,
+    username_headers: Vec<String>,
+    group_headers: Vec<String>,
+}
+
+/// The caller's identity as the aggregator asserted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// Checks callers against the current request-header settings.
+#[derive(Clone, Default)]
+pub struct Authenticator {
+    current: Arc<ArcSwap<Option<RequestHeaderConfig>>>,
+}
+
+impl Authenticator {
+    /// Replaces the settings with those in the ConfigMap's data.
+    pub fn update(&self, data: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+        let ca = data
+            .get("requestheader-client-ca-file")
+            .ok_or("no requestheader-client-ca-file")?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let list = |key: &str, default: &[&str]| -> Vec<String> {
+            data.get(key)
+                .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
+        };
+        let config = RequestHeaderConfig {
+            verifier,
+            allowed_names: list("requestheader-allowed-names", &[]),
+            username_headers: list("requestheader-username-headers", &["X-Remote-User"]),
+            group_headers: list("requestheader-group-headers", &["X-Remote-Group"]),
+        };
+        self.current.store(Arc::new(Some(config)));
+        Ok(())
+    }
+
+    /// Authenticates a request: `peer_chain` from the TLS connection, `headers` of the request.
+    pub fn authenticate(
+        &self,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+        headers: &http::HeaderMap,
+    ) -> Result<Caller, AuthError> {
+        let current = self.current.load();
+        let config = current.as_ref().as_ref().ok_or(AuthError::NotConfigured)?;
+        let chain = peer_chain
+            .filter(|c| !c.is_empty())
+            .ok_or(AuthError::NoCertificate)?;
+        config
+            .verifier
+            .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
+            .map_err(|e| AuthError::Untrusted(e.to_string()))?;
+        let cn = common_name(&chain[0]).unwrap_or_default();
+        if !config.allowed_names.is_empty() && !config.allowed_names.contains(&cn) {
+            return Err(AuthError::NameNotAllowed(cn));
+        }
+        let values = |names: &[String]| -> Vec<String> {
+            names
+                .iter()
+                .flat_map(|n| headers.get_all(n.as_str()))
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .collect()
+        };
+        let user = values(&config.username_headers)
+            .into_iter()
+            .next()
+            .filter(|u| !u.is_empty())
+            .ok_or(AuthError::NoUser)?;
+        Ok(Caller {
+            user,
+            groups: values(&config.group_headers),
+        })
+    }
+
+    /// Follows the ConfigMap in the client cluster and updates the settings on every change.
+    /// Returns after the first successful load (so the proxy does not serve 401s at start-up).
+    pub async fn follow(&self, client: kube::Client) {
+        let api = kube::Api::<ConfigMap>::namespaced(client, AUTH_CONFIGMAP_NAMESPACE);
+        let cfg =
+            watcher::Config::default().fields(&format!("metadata.name={AUTH_CONFIGMAP_NAME}"));
+        let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut loaded_tx = Some(loaded_tx);
+            let mut stream = watcher::watcher(api, cfg).boxed();
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                        match this.update(&cm.data.unwrap_or_default()) {
+                            Ok(()) => {
+                                tracing::info!(
+                                    "request-header authentication settings loaded from {AUTH_CONFIGMAP_NAMESPACE}/{AUTH_CONFIGMAP_NAME}"
+                                );
+                                if let Some(tx) = loaded_tx.take() {
+                                    let _ = tx.send(());
+                                }
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "{AUTH_CONFIGMAP_NAMESPACE}/{AUTH_CONFIGMAP_NAME} is unusable; keeping the previous settings")
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watching {AUTH_CONFIGMAP_NAMESPACE}/{AUTH_CONFIGMAP_NAME} failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        let _ = loaded_rx.await;
+    }
+}
+
+fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    parsed
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned)
+}
+
+/// The TLS-level verifier: asks for a client certificate, lets the handshake finish without
+/// one, and checks only that the client holds the key of the certificate it sent. The chain
+/// is judged per request by [`Authenticator`].
+#[derive(Debug)]
+pub struct DeferredClientAuth {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl DeferredClientAuth {
+    pub fn new() -> Self {
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        Self {
+            algorithms: provider.signature_verification_algorithms,
+        }
+    }
+}
+
+impl Default for DeferredClientAuth {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClientCertVerifier for DeferredClientAuth {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}

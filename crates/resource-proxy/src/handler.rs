@@ -1,0 +1,670 @@
+//! The request path of one listener: authenticate the caller, classify the request, answer
+//! discovery, and forward resource requests to the target with owner labels (RP-6), visibility
+//! (RP-7) and namespace mirroring (RP-8). Response bodies stream, so watches pass event by event.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use k8s_openapi::api::core::v1::Namespace;
+use rustls::pki_types::CertificateDer;
+use serde_json::Value;
+
+use crate::caller_auth::Authenticator;
+use crate::config::{AccessMode, GroupVersionListener};
+use crate::discovery::{self, Discovery, Source};
+use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
+use crate::metrics::{GroupVersionReasonLabels, Metrics, RequestLabels, TargetLabels, VerbLabels};
+use crate::request_info::{RequestInfo, Route, Verb, classify};
+use crate::selector::{is_owned_object, scope_query};
+use crate::status::{RETRY_AFTER_SECONDS, Status};
+use crate::target::TargetClient;
+
+/// Errors of a body stream: the target's, or ours.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body of every response the proxy sends.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Everything one listener needs to answer requests.
+pub struct Listener {
+    pub listener: GroupVersionListener,
+    pub target: TargetClient,
+    pub auth: Authenticator,
+    pub owner: OwnerLabels,
+    pub client_cluster: kube::Client,
+    pub discovery: Discovery,
+    pub metrics: Metrics,
+}
+
+/// The outcome of one request, for the metric and the log line.
+struct Outcome {
+    response: Response<ProxyBody>,
+    verb: String,
+    reason: &'static str,
+}
+
+impl Outcome {
+    fn status(status: Status, verb: &str, reason: &'static str) -> Self {
+        Outcome {
+            response: status_response(&status),
+            verb: verb.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// Answers one request. `peer_chain` is the client certificate chain of the connection.
+pub async fn handle(
+    ctx: Arc<Listener>,
+    peer_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let target_label = TargetLabels {
+        target: ctx.target.name().to_owned(),
+    };
+    let inflight = ctx.metrics.inflight.get_or_create(&target_label).clone();
+    inflight.inc();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let outcome = route(&ctx, peer_chain.as_deref().map(Vec::as_slice), req).await;
+    inflight.dec();
+
+    let code = outcome.response.status().as_u16();
+    ctx.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            target: ctx.target.name().to_owned(),
+            group_version: ctx.listener.group_version(),
+            verb: outcome.verb.clone(),
+            code,
+            reason: outcome.reason.to_owned(),
+        })
+        .inc();
+    if outcome.verb != "watch" {
+        ctx.metrics
+            .request_duration
+            .get_or_create(&VerbLabels {
+                target: ctx.target.name().to_owned(),
+                verb: outcome.verb.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+    tracing::debug!(%method, %path, verb = %outcome.verb, code, reason = outcome.reason, "request");
+    outcome.response
+}
+
+async fn route(
+    ctx: &Listener,
+    peer_chain: Option<&[CertificateDer<'static>]>,
+    req: Request<Incoming>,
+) -> Outcome {
+    if let Err(e) = ctx.auth.authenticate(peer_chain, req.headers()) {
+        tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
+        return Outcome::status(Status::unauthorized(), "unknown", "unauthenticated");
+    }
+    if is_upgrade(req.headers()) {
+        tracing::info!(path = %req.uri().path(), "refused a connection upgrade (exec, attach, port-forward and websockets are not proxied)");
+        return Outcome::status(
+            Status::upgrade_not_supported(),
+            "unknown",
+            "upgrade_rejected",
+        );
+    }
+    let l = &ctx.listener;
+    let route = classify(
+        &l.group,
+        &l.version,
+        req.method().as_str(),
+        req.uri().path(),
+        req.uri().query(),
+    );
+    match route {
+        Route::Outside | Route::OpenApiV2 => {
+            Outcome::status(Status::path_not_found(), "get", "not_found")
+        }
+        Route::DiscoveryRoot => {
+            let (list, _) = resource_list(ctx).await;
+            let outcome = if discovery::wants_aggregated(header_str(req.headers(), &header::ACCEPT))
+            {
+                json_response(
+                    StatusCode::OK,
+                    discovery::AGGREGATED_V2,
+                    &ctx.discovery.aggregated(&list),
+                )
+            } else {
+                json_response(
+                    StatusCode::OK,
+                    "application/json",
+                    &ctx.discovery.api_group_list(),
+                )
+            };
+            Outcome {
+                response: outcome,
+                verb: "get".into(),
+                reason: "discovery",
+            }
+        }
+        Route::DiscoveryGroup => Outcome {
+            response: json_response(
+                StatusCode::OK,
+                "application/json",
+                &ctx.discovery.api_group(),
+            ),
+            verb: "get".into(),
+            reason: "discovery",
+        },
+        Route::DiscoveryGroupVersion => {
+            let (list, _) = resource_list(ctx).await;
+            Outcome {
+                response: bytes_response(StatusCode::OK, "application/json", list),
+                verb: "get".into(),
+                reason: "discovery",
+            }
+        }
+        Route::OpenApiV3Root => Outcome {
+            response: json_response(
+                StatusCode::OK,
+                "application/json",
+                &ctx.discovery.openapi_v3_root(&ctx.target).await,
+            ),
+            verb: "get".into(),
+            reason: "discovery",
+        },
+        Route::OpenApiV3GroupVersion => {
+            let path_and_query = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_default();
+            forward(
+                ctx,
+                req.method().clone(),
+                &path_and_query,
+                req.headers(),
+                Bytes::new(),
+                "get",
+                false,
+            )
+            .await
+        }
+        Route::Resource(info) => resource_request(ctx, info, req).await,
+    }
+}
+
+async fn resource_list(ctx: &Listener) -> (Bytes, Source) {
+    let (list, source, why) = ctx.discovery.resource_list(&ctx.target).await;
+    if let Some(why) = why {
+        let reason = match source {
+            Source::LastGood => "last_good",
+            _ => "synthesized",
+        };
+        ctx.metrics
+            .discovery_fallbacks
+            .get_or_create(&GroupVersionReasonLabels {
+                target: ctx.target.name().to_owned(),
+                group_version: ctx.listener.group_version(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+        tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, answer = reason, "discovery served locally: the target could not answer");
+    }
+    (list, source)
+}
+
+async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incoming>) -> Outcome {
+    let verb = info.verb.as_str().to_owned();
+    let group = ctx.listener.group.as_str();
+    if let Verb::Unsupported(method) = &info.verb {
+        return Outcome::status(
+            Status::method_not_supported(&info.resource, group, &method.to_ascii_lowercase()),
+            &verb,
+            "method_not_allowed",
+        );
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Outcome::status(
+                Status::request_entity_too_large(MAX_BODY_BYTES),
+                &verb,
+                "body_too_large",
+            );
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "the caller's request body broke off");
+            return Outcome::status(
+                Status::bad_request(format!("reading the request body: {e}")),
+                &verb,
+                "canceled",
+            );
+        }
+    };
+
+    // RP-8: a namespaced write needs the namespace in the client; it is mirrored to the target.
+    if let (Some(ns), true) = (&info.namespace, info.verb.writes_body()) {
+        match client_namespace(ctx, ns).await {
+            Ok(None) => {
+                return Outcome::status(
+                    Status::namespace_not_found(ns),
+                    &verb,
+                    "namespace_missing",
+                );
+            }
+            Ok(Some(n)) if info.verb == Verb::Create && is_terminating(&n) => {
+                let name = info.name.clone().unwrap_or_default();
+                return Outcome::status(
+                    Status::namespace_terminating(&info.resource, group, &name, ns),
+                    &verb,
+                    "namespace_terminating",
+                );
+            }
+            Ok(Some(_)) => {}
+            Err(e) => {
+                tracing::error!(namespace = %ns, error = %e, "cannot read the namespace in the client cluster");
+                return unavailable(
+                    &verb,
+                    "error",
+                    "the client cluster could not be asked about the namespace",
+                );
+            }
+        }
+        if !info.dry_run
+            && let Err(e) = ensure_target_namespace(ctx, ns).await
+        {
+            tracing::error!(namespace = %ns, target = ctx.target.name(), error = %e, "cannot create the namespace in the target");
+            return unavailable(
+                &verb,
+                "upstream_error",
+                &format!("creating namespace {ns} in the target failed"),
+            );
+        }
+    }
+
+    let owned = ctx.listener.access == AccessMode::Owned;
+    let mut query = parts.uri.query().map(str::to_owned);
+    let mut labels_before = LabelsBefore::Unknown;
+    let mut uid = None;
+
+    // RP-7: collections are scoped by the owner selector; named objects are read first.
+    if owned && matches!(info.verb, Verb::List | Verb::Watch | Verb::DeleteCollection) {
+        match scope_query(query.as_deref(), &ctx.owner) {
+            Ok(q) => query = Some(q),
+            Err(e) => return Outcome::status(e.status(), &verb, "bad_request"),
+        }
+    }
+    let content_type = header_str(&parts.headers, &header::CONTENT_TYPE).map(str::to_owned);
+    let is_json_patch = content_type
+        .as_deref()
+        .is_some_and(|c| c.starts_with("application/json-patch+json"));
+    let is_apply = info.verb == Verb::Patch
+        && content_type
+            .as_deref()
+            .is_some_and(|c| c.starts_with("application/apply-patch"));
+    if info.is_named_object_request() && (owned || is_json_patch) {
+        match read_object(ctx, &info).await {
+            Ok(Some(obj)) if !owned || is_owned_object(&obj, &ctx.owner) => {
+                labels_before = if obj["metadata"]["labels"].is_object() {
+                    LabelsBefore::Present
+                } else {
+                    LabelsBefore::Absent
+                };
+                uid = obj["metadata"]["uid"].as_str().map(str::to_owned);
+            }
+            // Server-side apply creates a missing object: nothing to mask. (The read and the
+            // apply are two requests; a same-named object created between them by another
+            // client would be patched, which the docs name as a known window.)
+            Ok(None) if is_apply => {
+                labels_before = LabelsBefore::Absent;
+            }
+            Ok(Some(_)) | Ok(None) if owned => {
+                let name = info.name.as_deref().unwrap_or_default();
+                tracing::info!(resource = %info.resource, namespace = ?info.namespace, name, "masked an object this client does not own");
+                return Outcome::status(
+                    Status::not_found(&info.resource, group, name),
+                    &verb,
+                    "ownership_masked",
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, resource = %info.resource, name = ?info.name, "ownership read failed");
+                return unavailable(
+                    &verb,
+                    "ownership_check_failed",
+                    "the target could not confirm who owns the object",
+                );
+            }
+        }
+    }
+
+    // RP-6: owner labels on every write body.
+    let mut body = body;
+    let mut forward_content_type = content_type.clone();
+    if let Some(kind) = BodyKind::for_verb(&info.verb) {
+        match labels::inject(
+            kind,
+            content_type.as_deref(),
+            &body,
+            &ctx.owner,
+            labels_before,
+        ) {
+            Ok(Injection::Rewritten {
+                body: b,
+                content_type: ct,
+            }) => {
+                body = Bytes::from(b);
+                forward_content_type = Some(ct.to_owned());
+            }
+            Ok(Injection::Unchanged(why)) => {
+                ctx.metrics
+                    .unlabelled_writes
+                    .get_or_create(&GroupVersionReasonLabels {
+                        target: ctx.target.name().to_owned(),
+                        group_version: ctx.listener.group_version(),
+                        reason: why.as_str().to_owned(),
+                    })
+                    .inc();
+                tracing::warn!(reason = why.as_str(), resource = %info.resource, "forwarding a write without owner labels");
+            }
+            Err(e) => {
+                tracing::info!(error = %e, resource = %info.resource, "refused a write body");
+                return Outcome::status(e.status(), &verb, "bad_request");
+            }
+        }
+    } else if info.verb == Verb::Delete
+        && let Some(uid) = &uid
+    {
+        body = with_uid_precondition(&body, uid);
+        forward_content_type = Some("application/json".into());
+    }
+
+    let path = match &query {
+        Some(q) if !q.is_empty() => format!("{}?{q}", info.forward_path()),
+        _ => info.forward_path(),
+    };
+    let mut headers = parts.headers;
+    if let Some(ct) = forward_content_type {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(&ct).unwrap_or(HeaderValue::from_static("application/json")),
+        );
+    }
+    let watch = info.verb == Verb::Watch;
+    forward(ctx, parts.method, &path, &headers, body, &verb, watch).await
+}
+
+/// Sends a request to the target and streams its answer back.
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    ctx: &Listener,
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    verb: &str,
+    watch: bool,
+) -> Outcome {
+    let mut builder = Request::builder().method(method).uri(path_and_query);
+    for (name, value) in headers {
+        if forwardable(name) {
+            builder = builder.header(name, value);
+        }
+    }
+    let req = builder.body(Full::new(body)).expect("valid request parts");
+    match ctx.target.send(req).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            parts.headers.retain_mut_hop_by_hop();
+            let body: ProxyBody = if watch {
+                let label = TargetLabels {
+                    target: ctx.target.name().to_owned(),
+                };
+                let gauge = ctx.metrics.active_watches.get_or_create(&label).clone();
+                let events = ctx.metrics.watch_events.get_or_create(&label).clone();
+                gauge.inc();
+                let guard = WatchGuard(gauge);
+                body.map_frame(move |f| {
+                    let _ = &guard;
+                    if f.is_data() {
+                        events.inc();
+                    }
+                    f
+                })
+                .map_err(|e| Box::new(e) as BoxError)
+                .boxed_unsync()
+            } else {
+                body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+            };
+            Outcome {
+                response: Response::from_parts(parts, body),
+                verb: verb.to_owned(),
+                reason: "upstream",
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, path = %path_and_query, "the target could not be reached");
+            unavailable(
+                verb,
+                "error",
+                &format!(
+                    "target tenant cluster {:?} for {} is unavailable",
+                    ctx.target.name(),
+                    ctx.listener.group_version()
+                ),
+            )
+        }
+    }
+}
+
+struct WatchGuard(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn unavailable(verb: &str, reason: &'static str, message: &str) -> Outcome {
+    let mut response = status_response(&Status::service_unavailable(message));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    Outcome {
+        response,
+        verb: verb.to_owned(),
+        reason,
+    }
+}
+
+/// Reads the object a named request is about (without subresource), as JSON. `Ok(None)` when
+/// the target says it does not exist or the proxy may not read it.
+async fn read_object(ctx: &Listener, info: &RequestInfo) -> Result<Option<Value>, String> {
+    let mut object = info.clone();
+    object.verb = Verb::Get;
+    let mut path = object.forward_path();
+    if let Some(sub) = &info.subresource {
+        path.truncate(path.len() - sub.len() - 1);
+    }
+    let req = Request::get(path.as_str())
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::new()))
+        .expect("valid request");
+    let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
+    match resp.status() {
+        StatusCode::OK => {
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        StatusCode::NOT_FOUND | StatusCode::FORBIDDEN => Ok(None),
+        other => Err(format!("the target answered {other}")),
+    }
+}
+
+async fn client_namespace(ctx: &Listener, ns: &str) -> Result<Option<Namespace>, kube::Error> {
+    kube::Api::<Namespace>::all(ctx.client_cluster.clone())
+        .get_opt(ns)
+        .await
+}
+
+fn is_terminating(ns: &Namespace) -> bool {
+    ns.metadata.deletion_timestamp.is_some()
+        || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+}
+
+/// Creates the namespace in the target unless it exists.
+async fn ensure_target_namespace(ctx: &Listener, ns: &str) -> Result<(), String> {
+    let get = Request::get(format!("/api/v1/namespaces/{ns}"))
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::new()))
+        .expect("valid request");
+    let resp = ctx.target.send(get).await.map_err(|e| e.to_string())?;
+    match resp.status() {
+        StatusCode::OK => return Ok(()),
+        StatusCode::NOT_FOUND => {}
+        other => {
+            return Err(format!(
+                "reading the namespace: the target answered {other}"
+            ));
+        }
+    }
+    let body =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let post = Request::post("/api/v1/namespaces")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("valid request");
+    let resp = ctx.target.send(post).await.map_err(|e| e.to_string())?;
+    match resp.status() {
+        s if s.is_success() || s == StatusCode::CONFLICT => {
+            tracing::info!(
+                namespace = ns,
+                target = ctx.target.name(),
+                "created the namespace in the target"
+            );
+            Ok(())
+        }
+        other => Err(format!(
+            "creating the namespace: the target answered {other}"
+        )),
+    }
+}
+
+/// DeleteOptions with `preconditions.uid` set, so the delete hits exactly the object that was
+/// checked for ownership (a same-named object created meanwhile is not deleted).
+fn with_uid_precondition(body: &[u8], uid: &str) -> Bytes {
+    let mut opts: Value = serde_json::from_slice(body).unwrap_or_else(|_| serde_json::json!({}));
+    if !opts.is_object() {
+        opts = serde_json::json!({});
+    }
+    if opts.get("kind").is_none() {
+        opts["kind"] = "DeleteOptions".into();
+        opts["apiVersion"] = "v1".into();
+    }
+    if !opts["preconditions"].is_object() {
+        opts["preconditions"] = serde_json::json!({});
+    }
+    opts["preconditions"]["uid"] = uid.into();
+    Bytes::from(opts.to_string())
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        || headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Request headers that go to the target. Identity headers, the caller's credentials and
+/// hop-by-hop headers never do; the proxy authenticates as its own identity.
+fn forwardable(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    !(n.starts_with("x-remote-")
+        || n.starts_with("impersonate-")
+        || is_hop_by_hop(n)
+        || matches!(
+            n,
+            "authorization" | "host" | "content-length" | "proxy-authorization"
+        ))
+}
+
+fn is_hop_by_hop(n: &str) -> bool {
+    matches!(
+        n,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+trait RetainEndToEnd {
+    fn retain_mut_hop_by_hop(&mut self);
+}
+
+impl RetainEndToEnd for HeaderMap {
+    fn retain_mut_hop_by_hop(&mut self) {
+        for h in [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+        ] {
+            self.remove(h);
+        }
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A `Status` as a response.
+pub fn status_response(status: &Status) -> Response<ProxyBody> {
+    bytes_response(
+        StatusCode::from_u16(status.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        crate::status::CONTENT_TYPE,
+        Bytes::from(status.to_json()),
+    )
+}
+
+fn json_response(code: StatusCode, content_type: &str, value: &Value) -> Response<ProxyBody> {
+    bytes_response(code, content_type, Bytes::from(value.to_string()))
+}
+
+fn bytes_response(code: StatusCode, content_type: &str, body: Bytes) -> Response<ProxyBody> {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(
+            Full::new(body)
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
+        .expect("valid response parts")
+}

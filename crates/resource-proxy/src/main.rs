@@ -1,0 +1,219 @@
+//! `resource-proxy`: serves a client cluster's configured custom-resource group/versions from a
+//! target cluster through the aggregation layer.
+//!
+//! ```text
+//! resource-proxy --config FILE          # run
+//! resource-proxy check-config FILE      # validate, print the listeners; exit 1 naming every error
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube_support::admin::{Readiness, router, serve as serve_admin};
+use kube_support::telemetry::{self, LogFormat};
+use prometheus_client::registry::Registry;
+use resource_proxy::caller_auth::Authenticator;
+use resource_proxy::config::{ClusterAccess, Config, render_listeners};
+use resource_proxy::discovery::Discovery;
+use resource_proxy::handler::Listener;
+use resource_proxy::labels::OwnerLabels;
+use resource_proxy::metrics::Metrics;
+use resource_proxy::server::{self, ServingCert};
+use resource_proxy::target::TargetClient;
+
+#[derive(Parser)]
+#[command(
+    name = "resource-proxy",
+    about = "Serves custom resources of a client cluster from a target cluster"
+)]
+struct Cli {
+    /// The configuration file (docs/resource-proxy.md).
+    #[arg(long, env = "RESOURCE_PROXY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log format: text or json.
+    #[arg(long, env = "RESOURCE_PROXY_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Validate a configuration file and print the listeners it resolves to.
+    CheckConfig { file: PathBuf },
+}
+
+fn main() -> std::process::ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    if let Some(Cmd::CheckConfig { file }) = &cli.command {
+        return match Config::load(file) {
+            Ok(config) => {
+                print!("{}", render_listeners(&config));
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    telemetry::init(cli.log_format);
+    let Some(path) = cli.config else {
+        eprintln!("resource-proxy: --config FILE is required (or `check-config FILE`)");
+        return std::process::ExitCode::from(2);
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match runtime.block_on(run(path)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config =
+        Arc::new(Config::load(&path).with_context(|| format!("loading {}", path.display()))?);
+    let client = client_cluster(&config.client_cluster).await?;
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::new("starting");
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let admin_shutdown = {
+        let mut rx = shutdown_rx.clone();
+        async move {
+            let _ = rx.changed().await;
+        }
+    };
+    let (admin_addr, _admin) = serve_admin(
+        config.metrics_address,
+        router(Arc::new(registry), readiness.clone()),
+        admin_shutdown,
+    )
+    .await?;
+    tracing::info!(address = %admin_addr, "metrics and health endpoints up");
+
+    let mut targets = BTreeMap::new();
+    for (name, target) in &config.targets {
+        let tc = TargetClient::new(name, target)?;
+        check_identity(&tc, &config.client.target_user()).await;
+        targets.insert(name.clone(), tc);
+    }
+
+    let auth = Authenticator::default();
+    tokio::time::timeout(std::time::Duration::from_secs(30), auth.follow(client.clone()))
+        .await
+        .context("the client cluster's kube-system/extension-apiserver-authentication could not be read in 30 s")?;
+
+    let serving = serving_cert(&config)?;
+    let tls = server::tls_config(serving);
+    let owner = OwnerLabels::for_client(&config.client);
+    for l in &config.listeners {
+        let ctx = Arc::new(Listener {
+            listener: l.clone(),
+            target: targets[&l.target].clone(),
+            auth: auth.clone(),
+            owner: owner.clone(),
+            client_cluster: client.clone(),
+            discovery: Discovery::new(l),
+            metrics: metrics.clone(),
+        });
+        let (addr, _task) = server::serve(ctx, l.address(), tls.clone(), shutdown_rx.clone())
+            .await
+            .with_context(|| format!("listening on {} for {}", l.address(), l.group_version()))?;
+        tracing::info!(group_version = %l.group_version(), %addr, target = %targets[&l.target].name(), "serving");
+    }
+    readiness.set_ready();
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    let _ = shutdown_tx.send(true);
+    Ok(())
+}
+
+async fn client_cluster(access: &ClusterAccess) -> anyhow::Result<kube::Client> {
+    let config = match access {
+        ClusterAccess::InCluster => {
+            kube::Config::incluster().context("in-cluster configuration")?
+        }
+        ClusterAccess::Kubeconfig(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Asks the target who the proxy is there; warns loudly when it is not the client's identity.
+async fn check_identity(target: &TargetClient, expected: &str) {
+    let review =
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let req = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            review.to_string(),
+        )))
+        .expect("valid request");
+    let answer = async {
+        use http_body_util::BodyExt;
+        let resp = target.send(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!(
+                "the target answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        let review: SelfSubjectReview = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        Ok(review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .unwrap_or_default())
+    };
+    match answer.await {
+        Ok(user) if user == expected => {
+            tracing::info!(target = target.name(), user, "target identity confirmed")
+        }
+        Ok(user) => tracing::warn!(
+            target = target.name(),
+            user,
+            expected,
+            "THE TARGET SEES THIS PROXY AS A DIFFERENT USER: RBAC and ownership in the target will not match the client"
+        ),
+        Err(e) => {
+            tracing::warn!(target = target.name(), error = %e, "could not confirm the identity in the target")
+        }
+    }
+}
+
+fn serving_cert(config: &Config) -> anyhow::Result<ServingCert> {
+    let Some(files) = &config.serving else {
+        bail!("listeners.servingCertFile and servingKeyFile are required");
+    };
+    let chain = std::fs::read_to_string(&files.cert_file)
+        .with_context(|| format!("reading {}", files.cert_file.display()))?;
+    let key = std::fs::read_to_string(&files.key_file)
+        .with_context(|| format!("reading {}", files.key_file.display()))?;
+    ServingCert::from_pem(&chain, &key).map_err(anyhow::Error::msg)
+}

@@ -1,0 +1,135 @@
+//! The TLS listeners: one per group/version on 127.0.0.1, HTTP/1.1 and HTTP/2 (the aggregator
+//! multiplexes many watches over one connection, so the stream limit is high), the serving
+//! certificate swappable at run time, and the client certificate handed to the handler.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::sync::watch;
+
+use crate::caller_auth::DeferredClientAuth;
+use crate::handler::{Listener, handle};
+
+/// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100_000;
+
+/// The serving certificate, replaceable while serving.
+#[derive(Clone, Debug)]
+pub struct ServingCert(Arc<ArcSwap<CertifiedKey>>);
+
+impl ServingCert {
+    /// From a PEM certificate chain and private key.
+    pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Self, String> {
+        Ok(Self(Arc::new(ArcSwap::from_pointee(certified_key(
+            chain_pem, key_pem,
+        )?))))
+    }
+
+    /// Replaces the certificate; new handshakes use it at once.
+    pub fn replace(&self, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+        self.0.store(Arc::new(certified_key(chain_pem, key_pem)?));
+        Ok(())
+    }
+}
+
+fn certified_key(chain_pem: &str, key_pem: &str) -> Result<CertifiedKey, String> {
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("serving certificate: {e}"))?;
+    if chain.is_empty() {
+        return Err("serving certificate: no certificate in the PEM".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| format!("serving key: {e}"))?;
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    CertifiedKey::from_der(chain, key, &provider)
+        .map_err(|e| format!("serving certificate and key: {e}"))
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.load_full())
+    }
+}
+
+/// The TLS settings of every listener.
+pub fn tls_config(cert: ServingCert) -> Arc<rustls::ServerConfig> {
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(Arc::new(DeferredClientAuth::new()))
+        .with_cert_resolver(Arc::new(cert));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// Binds the listener's address and serves until `shutdown` turns true. Returns the bound
+/// address and the accept loop's task.
+pub async fn serve(
+    ctx: Arc<Listener>,
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let task = tokio::spawn(async move {
+        loop {
+            let (tcp, remote) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
+                    .await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::info!(%remote, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!(%remote, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let peer: Option<Arc<Vec<CertificateDer<'static>>>> = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+                let service = hyper::service::service_fn(move |req| {
+                    let ctx = ctx.clone();
+                    let peer = peer.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(ctx, peer, req).await) }
+                });
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http2()
+                    .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                    tracing::debug!(%remote, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,379 @@
+//! The shared environment: clusters, the target's CRDs and RBAC, and running proxies.
+
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use test_cluster::{Cluster, ClusterSpec, ControlPlane, ManagedProcess};
+
+pub const GROUP: &str = "example.test";
+pub const VERSION: &str = "v1";
+
+pub const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.test
+spec:
+  group: example.test
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn spec() -> test_cluster::ControlPlaneBuilder {
+    ControlPlane::builder()
+        .cluster(ClusterSpec::new("target"))
+        .cluster(ClusterSpec::new("tenant-a"))
+        .cluster(ClusterSpec::new("tenant-b"))
+        .cluster(ClusterSpec::new("tenant-c"))
+}
+
+/// The shared control plane (CRD and RBAC installed in the target once).
+pub fn cp() -> &'static ControlPlane {
+    test_cluster::install_crypto_provider();
+    let cp = test_cluster::shared(spec);
+    static PREPARED: OnceLock<()> = OnceLock::new();
+    PREPARED.get_or_init(|| {
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let target = test_cluster::shared(spec).cluster("target");
+                    let client = target.client().await.unwrap();
+                    test_cluster::manifests::apply_crds_yaml(&client, WIDGET_CRD)
+                        .await
+                        .unwrap();
+                })
+        })
+        .join()
+        .unwrap();
+    });
+    cp
+}
+
+/// A running proxy for one tenant cluster.
+pub struct Proxy {
+    pub tenant: &'static Cluster,
+    pub dir: tempfile::TempDir,
+    pub identity: String,
+    /// The listener port of the first group/version.
+    pub port: u16,
+    pub metrics_port: u16,
+    process: Mutex<ManagedProcess>,
+}
+
+impl Proxy {
+    pub fn log_tail(&self) -> String {
+        self.process.lock().unwrap().log_tail(80)
+    }
+}
+
+/// How one proxy is set up.
+pub struct ProxySpec {
+    pub cp: &'static ControlPlane,
+    pub group: &'static str,
+    pub tenant: &'static str,
+    pub client_name: &'static str,
+    pub project: &'static str,
+    pub target: &'static str,
+    pub access: &'static str,
+    pub resources: Vec<&'static str>,
+}
+
+fn write(path: &Path, contents: &str) {
+    std::fs::write(path, contents).unwrap();
+}
+
+/// Starts a proxy for `spec`, registers it in the tenant cluster (APIService + ExternalName
+/// Service with the proxy's serving CA), grants its identity the target's RBAC, and waits until
+/// the tenant's `kubectl api-resources` lists the group/version.
+pub async fn start_proxy(spec: ProxySpec) -> Proxy {
+    let cp = spec.cp;
+    let group = spec.group;
+    let tenant = cp.cluster(spec.tenant);
+    let target = cp.cluster(spec.target);
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let identity = format!("loft:vcluster:p-{}:{}", spec.project, spec.client_name);
+
+    // Target side: trust, credential, RBAC for the proxy identity.
+    write(&p("target-ca.crt"), &target.ca_pem());
+    let cred = target.mint_client_cert(&identity, &[]).unwrap();
+    write(&p("target.crt"), &cred.cert_pem);
+    write(&p("target.key"), &cred.key_pem);
+    grant_target_rbac(
+        target,
+        group,
+        &identity,
+        &format!("proxy-{}-{}", spec.client_name, group.replace('.', "-")),
+    )
+    .await;
+
+    // Serving certificate for the aggregator (ServerName <service>.kube-system.svc).
+    let san = resource_proxy::names::serving_cert_san(group, VERSION);
+    let ca = test_cluster::pki::Authority::generate("proxy-serving-ca").unwrap();
+    let serving = ca
+        .serving_cert(&[&san, "localhost"], &["127.0.0.1".parse().unwrap()])
+        .unwrap();
+    write(&p("serving.crt"), &serving.cert_pem);
+    write(&p("serving.key"), &serving.key_pem);
+
+    let base_port = test_cluster::free_port().unwrap();
+    let metrics_port = test_cluster::free_port().unwrap();
+    let mut entries = String::new();
+    for r in &spec.resources {
+        entries.push_str(&format!(
+            "  {r}.{group}/{VERSION}:\n    enabled: true\n    accessResources: {}\n    targetVirtualCluster: {{name: {}, project: {}}}\n",
+            spec.access, spec.target, spec.project
+        ));
+    }
+    let config = format!(
+        "client:\n  name: {name}\n  project: {project}\n  kubeconfig: {kc}\ncustomResources:\n{entries}targets:\n  {project}/{target}:\n    peers:\n      static: [\"127.0.0.1:{port}\"]\n    tls:\n      caFile: {ca}\n      serverName: localhost\n    credential:\n      clientCertificate:\n        certFile: {crt}\n        keyFile: {key}\nlisteners:\n  basePort: {base_port}\n  servingCertFile: {scrt}\n  servingKeyFile: {skey}\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n",
+        name = spec.client_name,
+        project = spec.project,
+        kc = tenant.kubeconfig_path().display(),
+        target = spec.target,
+        port = target.server_port(0),
+        ca = p("target-ca.crt").display(),
+        crt = p("target.crt").display(),
+        key = p("target.key").display(),
+        scrt = p("serving.crt").display(),
+        skey = p("serving.key").display(),
+    );
+    write(&p("config.yaml"), &config);
+
+    let process = ManagedProcess::spawn(
+        &format!("resource-proxy-{}", spec.client_name),
+        Path::new(env!("CARGO_BIN_EXE_resource-proxy")),
+        &[
+            "--config".to_owned(),
+            p("config.yaml").display().to_string(),
+        ],
+        &p("proxy.log"),
+    )
+    .unwrap();
+    let proxy = Proxy {
+        tenant,
+        dir,
+        identity,
+        port: base_port,
+        metrics_port,
+        process: Mutex::new(process),
+    };
+    register(tenant, group, base_port, &ca.cert_pem()).await;
+    wait_available(&proxy, group, spec.resources[0]).await;
+    proxy
+}
+
+async fn grant_target_rbac(target: &Cluster, group: &str, identity: &str, name: &str) {
+    let client = target.client().await.unwrap();
+    let yaml = format!(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {name}}}
+rules:
+- apiGroups: ["{group}"]
+  resources: ["*"]
+  verbs: ["*"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "create"]
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["selfsubjectreviews"]
+  verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}
+subjects:
+- {{kind: User, name: "{identity}", apiGroup: rbac.authorization.k8s.io}}
+"#
+    );
+    test_cluster::manifests::apply_yaml(&client, &yaml, "default")
+        .await
+        .unwrap();
+}
+
+async fn register(tenant: &Cluster, group: &str, port: u16, ca_pem: &str) {
+    let svc = resource_proxy::names::service_name(group, VERSION);
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: {svc}, namespace: kube-system}}
+spec: {{type: ExternalName, externalName: localhost}}
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: {VERSION}.{group}}}
+spec:
+  group: {group}
+  version: {VERSION}
+  service: {{name: {svc}, namespace: kube-system, port: {port}}}
+  caBundle: {ca}
+  groupPriorityMinimum: 100
+  versionPriority: 100
+"#
+    );
+    let client = tenant.client().await.unwrap();
+    test_cluster::manifests::apply_yaml(&client, &yaml, "default")
+        .await
+        .unwrap();
+}
+
+async fn wait_available(proxy: &Proxy, group: &str, resource: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = proxy
+            .tenant
+            .kubectl_ok(&["api-resources", "--api-group", group, "-o", "name"])
+            .await
+            .unwrap_or_default();
+        if out.contains(&format!("{resource}.{group}")) {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let status = proxy
+                .tenant
+                .kubectl_ok(&[
+                    "get",
+                    "apiservice",
+                    &format!("{VERSION}.{GROUP}"),
+                    "-o",
+                    "yaml",
+                ])
+                .await
+                .unwrap_or_default();
+            panic!(
+                "the proxy did not become available\n{status}\n--- proxy log ---\n{}",
+                proxy.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Creates a namespace in a cluster (admin) and returns its name.
+pub async fn namespace(cluster: &Cluster, prefix: &str) -> String {
+    let ns = test_cluster::unique_name(prefix);
+    cluster
+        .kubectl_ok(&["create", "namespace", &ns])
+        .await
+        .unwrap();
+    ns
+}
+
+/// Runs kubectl against `cluster`; panics with stderr on failure.
+pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    cluster
+        .kubectl_ok(args)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+/// Runs kubectl expecting failure; returns stderr.
+pub async fn kubectl_err(cluster: &Cluster, args: &[&str]) -> String {
+    match cluster.kubectl_ok(args).await {
+        Ok(out) => panic!("kubectl {} succeeded unexpectedly: {out}", args.join(" ")),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// kubectl with stdin.
+pub async fn kubectl_in(cluster: &Cluster, args: &[&str], input: &str) -> String {
+    cluster
+        .kubectl_stdin(args, input)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+pub fn widget(name: &str, extra_labels: &str) -> String {
+    format!(
+        "apiVersion: {GROUP}/{VERSION}\nkind: Widget\nmetadata:\n  name: {name}\n  labels: {{{extra_labels}}}\nspec:\n  size: 1\n"
+    )
+}
+
+/// The labels of an object in the target, as JSON.
+pub async fn target_labels(ns: &str, name: &str) -> serde_json::Value {
+    let out = kubectl(
+        cp().cluster("target"),
+        &["get", "widget", name, "-n", ns, "-o", "json"],
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["metadata"]["labels"].clone()
+}
+
+/// Shared proxies of the shared control plane, started on first use.
+pub mod proxies {
+    use tokio::sync::OnceCell;
+
+    use super::*;
+
+    static A: OnceCell<Proxy> = OnceCell::const_new();
+    static B: OnceCell<Proxy> = OnceCell::const_new();
+    static C: OnceCell<Proxy> = OnceCell::const_new();
+
+    /// Tenant A (`alpha`, project `team-a`), owned mode.
+    pub async fn a() -> &'static Proxy {
+        A.get_or_init(|| owned("tenant-a", "alpha", "team-a")).await
+    }
+
+    /// Tenant B (`beta`, project `team-b`), owned mode, same group/version and target as A.
+    pub async fn b() -> &'static Proxy {
+        B.get_or_init(|| owned("tenant-b", "beta", "team-b")).await
+    }
+
+    /// Tenant C (`gamma`, project `team-c`), `all` mode.
+    pub async fn c() -> &'static Proxy {
+        C.get_or_init(|| async {
+            start_proxy(ProxySpec {
+                cp: cp(),
+                group: GROUP,
+                tenant: "tenant-c",
+                client_name: "gamma",
+                project: "team-c",
+                target: "target",
+                access: "all",
+                resources: vec!["widgets"],
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn owned(tenant: &'static str, name: &'static str, project: &'static str) -> Proxy {
+        start_proxy(ProxySpec {
+            cp: cp(),
+            group: GROUP,
+            tenant,
+            client_name: name,
+            project,
+            target: "target",
+            access: "owned",
+            resources: vec!["widgets"],
+        })
+        .await
+    }
+}

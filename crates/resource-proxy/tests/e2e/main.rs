@@ -1,0 +1,12 @@
+//! End-to-end tests of the resource proxy: real kube-apiservers from `test-cluster`, the built
+//! `resource-proxy` binary between them, and the built kubectl as the user's client.
+//!
+//! One control plane per test binary: a `target` cluster holding the CRDs, and tenant clusters
+//! whose proxies forward `widgets.example.test/v1` (and more) to it. Tests work in their own
+//! namespaces.
+
+mod fixture;
+mod isolation;
+mod kubectl_verbs;
+
+pub use fixture::*;
