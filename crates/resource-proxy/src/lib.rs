@@ -11,12 +11,18 @@
 //! - [`status`]: Kubernetes `Status` bodies for the proxy's own answers.
 //! - [`names`]: names of the wiring objects in the client cluster (RP-3).
 
+pub mod caller_auth;
 pub mod config;
+pub mod discovery;
 mod dns;
+pub mod handler;
 pub mod labels;
+pub mod metrics;
 pub mod names;
 pub mod request_info;
 pub mod selector;
+pub mod server;
 pub mod serving;
 pub mod status;
+pub mod target;
 pub mod wiring;
