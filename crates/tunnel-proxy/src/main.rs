@@ -82,7 +82,15 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     init_logging(args.log_format);
-    tokio::runtime::Builder::new_multi_thread()
+    // One CPU (cgroup quota or affinity): a single-threaded scheduler avoids the
+    // work-stealing machinery that cannot help there.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut runtime = if cpus == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime
         .enable_all()
         .build()
         .context("building the tokio runtime")?
