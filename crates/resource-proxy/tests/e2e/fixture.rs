@@ -134,6 +134,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
         .serving_cert(&[&san, "localhost"], &["127.0.0.1".parse().unwrap()])
         .unwrap();
     write(&p("serving.crt"), &serving.cert_pem);
+    write(&p("serving-ca.crt"), &ca.cert_pem());
     write(&p("serving.key"), &serving.key_pem);
 
     let base_port = test_cluster::free_port().unwrap();
@@ -376,4 +377,63 @@ pub mod proxies {
         })
         .await
     }
+}
+
+/// A request sent straight to a proxy listener (not through the aggregator), over TLS that
+/// trusts the proxy's serving CA, with an optional client certificate and extra headers.
+pub async fn direct_request(
+    proxy: &Proxy,
+    method: &str,
+    path: &str,
+    client_cert: Option<&test_cluster::pki::CertKey>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+    let ca = std::fs::read(proxy.dir.path().join("serving-ca.crt")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(&ca).unwrap())
+        .unwrap();
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match client_cert {
+        Some(c) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(c.cert_pem.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
+        .await
+        .unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(
+            req.body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }

@@ -5,6 +5,7 @@
 //! whose proxies forward `widgets.example.test/v1` (and more) to it. Tests work in their own
 //! namespaces.
 
+mod boundaries;
 mod fixture;
 mod isolation;
 mod kubectl_verbs;
