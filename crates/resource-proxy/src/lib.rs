@@ -1,8 +1,7 @@
-//! Pure, cluster-independent core of the resource proxy: an aggregated-API server that serves a
-//! client (tenant) cluster's configured custom-resource group/versions from a target cluster.
+//! The resource proxy: an aggregated-API server that serves a client (tenant) cluster's
+//! configured custom-resource group/versions from a target cluster.
 //!
-//! The modules here hold no I/O beyond reading the configuration file; the HTTP server, TLS,
-//! leader election and the Kubernetes clients build on them:
+//! Pure modules (no I/O beyond reading the configuration file):
 //! - [`config`]: the YAML configuration, its validation and the resolved listeners (RP-1, RP-2).
 //! - [`request_info`]: classifies a request path as discovery, OpenAPI, a resource request of
 //!   the listener's group/version, or outside it (RP-5).
@@ -10,6 +9,13 @@
 //! - [`selector`]: label-selector parsing and the owner selector (RP-7).
 //! - [`status`]: Kubernetes `Status` bodies for the proxy's own answers.
 //! - [`names`]: names of the wiring objects in the client cluster (RP-3).
+//!
+//! The server built on them:
+//! - [`serving`]: the serving certificate every replica shares; [`wiring`]: the APIService,
+//!   Service and deletion-protection policy the leader keeps applied (RP-2, RP-3).
+//! - [`caller_auth`]: only the aggregator may call (RP-4); [`server`]: the TLS listeners;
+//!   [`handler`]: the request path (RP-5 to RP-8, RP-12); [`discovery`]: discovery with local
+//!   fallback (RP-13); [`target`]: the connection to a target; [`metrics`]: RP-15.
 
 pub mod caller_auth;
 pub mod config;

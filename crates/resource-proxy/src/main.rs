@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube_support::admin::{Readiness, router, serve as serve_admin};
@@ -24,6 +24,7 @@ use resource_proxy::labels::OwnerLabels;
 use resource_proxy::metrics::Metrics;
 use resource_proxy::server::{self, ServingCert};
 use resource_proxy::target::TargetClient;
+use resource_proxy::{serving, wiring};
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,10 @@ struct Cli {
     /// The configuration file (docs/resource-proxy.md).
     #[arg(long, env = "RESOURCE_PROXY_CONFIG")]
     config: Option<PathBuf>,
+    /// This replica's identity in leader election (the pod name in Kubernetes; host name and
+    /// pid by default).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
     /// Log format: text or json.
     #[arg(long, env = "RESOURCE_PROXY_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -68,7 +73,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     };
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match runtime.block_on(run(path)) {
+    match runtime.block_on(run(path, cli.identity)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -77,7 +82,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(path: PathBuf) -> anyhow::Result<()> {
+async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let config =
         Arc::new(Config::load(&path).with_context(|| format!("loading {}", path.display()))?);
     let client = client_cluster(&config.client_cluster).await?;
@@ -112,8 +117,35 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         .await
         .context("the client cluster's kube-system/extension-apiserver-authentication could not be read in 30 s")?;
 
-    let serving = serving_cert(&config)?;
-    let tls = server::tls_config(serving);
+    // One serving certificate for every replica (from files, or a Secret in the client cluster),
+    // reloaded when it changes.
+    let material = serving::ensure(&client, &config)
+        .await
+        .context("serving certificate")?;
+    let cert = ServingCert::from_pem(&material.cert_chain_pem, &material.key_pem)
+        .map_err(anyhow::Error::msg)?;
+    let serving_rx = serving::watch_serving(
+        client.clone(),
+        config.clone(),
+        material,
+        serving::POLL_INTERVAL,
+    );
+    {
+        let cert = cert.clone();
+        let mut rx = serving_rx.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let m = rx.borrow_and_update().clone();
+                match cert.replace(&m.cert_chain_pem, &m.key_pem) {
+                    Ok(()) => tracing::info!("serving certificate reloaded"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "new serving certificate unusable; keeping the previous one")
+                    }
+                }
+            }
+        });
+    }
+    let tls = server::tls_config(cert);
     let owner = OwnerLabels::for_client(&config.client);
     for l in &config.listeners {
         let ctx = Arc::new(Listener {
@@ -132,6 +164,29 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     }
     readiness.set_ready();
 
+    // Every replica serves; only the Lease holder writes the wiring (RP-2, RP-3, RP-16).
+    let identity = identity.unwrap_or_else(wiring::default_identity);
+    let wiring = wiring::Wiring::new(client.clone(), config.clone())
+        .await
+        .context("wiring")?;
+    let leadership =
+        kube_support::leader::elect(client.clone(), &wiring::lease_config(&config, identity))
+            .await?;
+    let (reports_tx, _reports_rx) = tokio::sync::watch::channel(None);
+    let wiring_task = tokio::spawn(wiring::run(
+        wiring,
+        leadership.subscribe(),
+        serving_rx,
+        wiring::RECONCILE_INTERVAL,
+        reports_tx,
+        {
+            let mut rx = shutdown_rx.clone();
+            async move {
+                let _ = rx.changed().await;
+            }
+        },
+    ));
+
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
@@ -139,6 +194,10 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
+    if let Ok(Err(e)) = wiring_task.await {
+        tracing::error!(error = %e, "wiring stopped with an error");
+    }
+    leadership.release().await;
     Ok(())
 }
 
@@ -205,15 +264,4 @@ async fn check_identity(target: &TargetClient, expected: &str) {
             tracing::warn!(target = target.name(), error = %e, "could not confirm the identity in the target")
         }
     }
-}
-
-fn serving_cert(config: &Config) -> anyhow::Result<ServingCert> {
-    let Some(files) = &config.serving else {
-        bail!("listeners.servingCertFile and servingKeyFile are required");
-    };
-    let chain = std::fs::read_to_string(&files.cert_file)
-        .with_context(|| format!("reading {}", files.cert_file.display()))?;
-    let key = std::fs::read_to_string(&files.key_file)
-        .with_context(|| format!("reading {}", files.key_file.display()))?;
-    ServingCert::from_pem(&chain, &key).map_err(anyhow::Error::msg)
 }

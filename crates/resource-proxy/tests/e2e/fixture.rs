@@ -102,9 +102,9 @@ fn write(path: &Path, contents: &str) {
     std::fs::write(path, contents).unwrap();
 }
 
-/// Starts a proxy for `spec`, registers it in the tenant cluster (APIService + ExternalName
-/// Service with the proxy's serving CA), grants its identity the target's RBAC, and waits until
-/// the tenant's `kubectl api-resources` lists the group/version.
+/// Grants the proxy identity the target's RBAC, starts the proxy for `spec` (which registers
+/// itself in the tenant cluster), and waits until the tenant's `kubectl api-resources` lists the
+/// group/version. The proxy's serving CA is saved for direct requests.
 pub async fn start_proxy(spec: ProxySpec) -> Proxy {
     let cp = spec.cp;
     let group = spec.group;
@@ -127,16 +127,6 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
     )
     .await;
 
-    // Serving certificate for the aggregator (ServerName <service>.kube-system.svc).
-    let san = resource_proxy::names::serving_cert_san(group, VERSION);
-    let ca = test_cluster::pki::Authority::generate("proxy-serving-ca").unwrap();
-    let serving = ca
-        .serving_cert(&[&san, "localhost"], &["127.0.0.1".parse().unwrap()])
-        .unwrap();
-    write(&p("serving.crt"), &serving.cert_pem);
-    write(&p("serving-ca.crt"), &ca.cert_pem());
-    write(&p("serving.key"), &serving.key_pem);
-
     let base_port = test_cluster::free_port().unwrap();
     let metrics_port = test_cluster::free_port().unwrap();
     let mut entries = String::new();
@@ -147,7 +137,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
         ));
     }
     let config = format!(
-        "client:\n  name: {name}\n  project: {project}\n  kubeconfig: {kc}\ncustomResources:\n{entries}targets:\n  {project}/{target}:\n    peers:\n      static: [\"127.0.0.1:{port}\"]\n    tls:\n      caFile: {ca}\n      serverName: localhost\n    credential:\n      clientCertificate:\n        certFile: {crt}\n        keyFile: {key}\nlisteners:\n  basePort: {base_port}\n  servingCertFile: {scrt}\n  servingKeyFile: {skey}\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n",
+        "client:\n  name: {name}\n  project: {project}\n  kubeconfig: {kc}\ncustomResources:\n{entries}targets:\n  {project}/{target}:\n    peers:\n      static: [\"127.0.0.1:{port}\"]\n    tls:\n      caFile: {ca}\n      serverName: localhost\n    credential:\n      clientCertificate:\n        certFile: {crt}\n        keyFile: {key}\nlisteners:\n  basePort: {base_port}\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n",
         name = spec.client_name,
         project = spec.project,
         kc = tenant.kubeconfig_path().display(),
@@ -156,8 +146,6 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
         ca = p("target-ca.crt").display(),
         crt = p("target.crt").display(),
         key = p("target.key").display(),
-        scrt = p("serving.crt").display(),
-        skey = p("serving.key").display(),
     );
     write(&p("config.yaml"), &config);
 
@@ -179,8 +167,26 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
         metrics_port,
         process: Mutex::new(process),
     };
-    register(tenant, group, base_port, &ca.cert_pem()).await;
+    // The proxy registers itself (leader-elected wiring) with its own serving CA.
     wait_available(&proxy, group, spec.resources[0]).await;
+    let secret = resource_proxy::names::serving_secret_name(spec.client_name);
+    let ca_b64 = kubectl(
+        tenant,
+        &[
+            "get",
+            "secret",
+            "-n",
+            "kube-system",
+            &secret,
+            "-o",
+            r"jsonpath={.data.ca\.crt}",
+        ],
+    )
+    .await;
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(ca_b64.trim())
+        .unwrap();
+    std::fs::write(proxy.dir.path().join("serving-ca.crt"), ca).unwrap();
     proxy
 }
 
@@ -210,34 +216,6 @@ subjects:
 - {{kind: User, name: "{identity}", apiGroup: rbac.authorization.k8s.io}}
 "#
     );
-    test_cluster::manifests::apply_yaml(&client, &yaml, "default")
-        .await
-        .unwrap();
-}
-
-async fn register(tenant: &Cluster, group: &str, port: u16, ca_pem: &str) {
-    let svc = resource_proxy::names::service_name(group, VERSION);
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let yaml = format!(
-        r#"
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: kube-system}}
-spec: {{type: ExternalName, externalName: localhost}}
----
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata: {{name: {VERSION}.{group}}}
-spec:
-  group: {group}
-  version: {VERSION}
-  service: {{name: {svc}, namespace: kube-system, port: {port}}}
-  caBundle: {ca}
-  groupPriorityMinimum: 100
-  versionPriority: 100
-"#
-    );
-    let client = tenant.client().await.unwrap();
     test_cluster::manifests::apply_yaml(&client, &yaml, "default")
         .await
         .unwrap();

@@ -9,5 +9,6 @@ mod boundaries;
 mod fixture;
 mod isolation;
 mod kubectl_verbs;
+mod watches;
 
 pub use fixture::*;
