@@ -20,6 +20,7 @@ use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
 use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
 use crate::metrics::{GroupVersionReasonLabels, Metrics, RequestLabels, TargetLabels, VerbLabels};
+use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
 use crate::selector::{is_owned_object, scope_query};
 use crate::status::{RETRY_AFTER_SECONDS, Status};
@@ -291,6 +292,7 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
     let mut query = parts.uri.query().map(str::to_owned);
     let mut labels_before = LabelsBefore::Unknown;
     let mut uid = None;
+    let mut target_owner_refs = None;
 
     // RP-7: collections are scoped by the owner selector; named objects are read first.
     if owned && matches!(info.verb, Verb::List | Verb::Watch | Verb::DeleteCollection) {
@@ -307,7 +309,9 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
         && content_type
             .as_deref()
             .is_some_and(|c| c.starts_with("application/apply-patch"));
-    if info.is_named_object_request() && (owned || is_json_patch) {
+    // The object is read first when ownership must be checked, when a JSON patch needs to know
+    // whether labels exist, and before an update (to keep the target's own owner references).
+    if info.is_named_object_request() && (owned || is_json_patch || info.verb == Verb::Update) {
         match read_object(ctx, &info).await {
             Ok(Some(obj)) if !owned || is_owned_object(&obj, &ctx.owner) => {
                 labels_before = if obj["metadata"]["labels"].is_object() {
@@ -316,6 +320,7 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
                     LabelsBefore::Absent
                 };
                 uid = obj["metadata"]["uid"].as_str().map(str::to_owned);
+                target_owner_refs = obj["metadata"].get("ownerReferences").cloned();
             }
             // Server-side apply creates a missing object: nothing to mask. (The read and the
             // apply are two requests; a same-named object created between them by another
@@ -359,7 +364,21 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
                 body: b,
                 content_type: ct,
             }) => {
-                body = Bytes::from(b);
+                match stash_owner_refs(kind, ct, b, target_owner_refs.as_ref()) {
+                    Ok(b) => body = b,
+                    Err(e) => {
+                        return Outcome::status(
+                            Status::unprocessable(
+                                &info.resource,
+                                group,
+                                info.name.as_deref().unwrap_or_default(),
+                                &e.to_string(),
+                            ),
+                            &verb,
+                            "bad_request",
+                        );
+                    }
+                }
                 forward_content_type = Some(ct.to_owned());
             }
             Ok(Injection::Unchanged(why)) => {
@@ -413,7 +432,9 @@ async fn forward(
 ) -> Outcome {
     let mut builder = Request::builder().method(method).uri(path_and_query);
     for (name, value) in headers {
-        if forwardable(name) {
+        if name == header::ACCEPT {
+            builder = builder.header(name, json_only_accept(value));
+        } else if forwardable(name) {
             builder = builder.header(name, value);
         }
     }
@@ -423,6 +444,11 @@ async fn forward(
             let (mut parts, body) = resp.into_parts();
             parts.headers.retain_mut_hop_by_hop();
             let body: ProxyBody = if watch {
+                let body = if is_json(&parts.headers) {
+                    restore_watch_stream(body)
+                } else {
+                    body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+                };
                 let label = TargetLabels {
                     target: ctx.target.name().to_owned(),
                 };
@@ -437,8 +463,32 @@ async fn forward(
                     }
                     f
                 })
-                .map_err(|e| Box::new(e) as BoxError)
                 .boxed_unsync()
+            } else if is_json(&parts.headers) {
+                // Buffered (non-watch answers are bounded) so owner references can be restored.
+                match body.collect().await {
+                    Ok(collected) => {
+                        let bytes = collected.to_bytes();
+                        let bytes = match owner_refs::restore_body(&bytes) {
+                            Some(restored) => {
+                                parts.headers.remove(header::CONTENT_LENGTH);
+                                Bytes::from(restored)
+                            }
+                            None => bytes,
+                        };
+                        Full::new(bytes)
+                            .map_err(|never| match never {})
+                            .boxed_unsync()
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, path = %path_and_query, "the target's answer broke off");
+                        return unavailable(
+                            verb,
+                            "upstream_error",
+                            "the target's answer broke off",
+                        );
+                    }
+                }
             } else {
                 body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
             };
@@ -461,6 +511,100 @@ async fn forward(
             )
         }
     }
+}
+
+/// Moves the caller's owner references into the annotation (see [`owner_refs`]).
+fn stash_owner_refs(
+    kind: BodyKind,
+    content_type: &str,
+    body: Vec<u8>,
+    target_refs: Option<&Value>,
+) -> Result<Bytes, owner_refs::UnsupportedPatch> {
+    if !owner_refs::mentions_owner_refs(&body) && target_refs.is_none() {
+        return Ok(Bytes::from(body));
+    }
+    let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
+        return Ok(Bytes::from(body));
+    };
+    match (kind, content_type) {
+        (BodyKind::Patch, ct) if ct.starts_with("application/json-patch+json") => {
+            owner_refs::check_json_patch(&v)?;
+            return Ok(Bytes::from(body));
+        }
+        (BodyKind::Patch, ct) if ct.starts_with("application/merge-patch+json") => {
+            owner_refs::stash_merge_patch(&mut v)
+        }
+        (BodyKind::Patch, _) => owner_refs::stash_object(&mut v, None),
+        (BodyKind::Object, _) => owner_refs::stash_object(&mut v, target_refs),
+    }
+    Ok(Bytes::from(v.to_string()))
+}
+
+/// The caller's `Accept` without binary encodings (protobuf, CBOR): the target then answers in
+/// JSON, the one encoding in which the proxy can restore owner references. Every Kubernetes
+/// client that asks for protobuf also accepts JSON.
+fn json_only_accept(accept: &HeaderValue) -> HeaderValue {
+    let Ok(text) = accept.to_str() else {
+        return HeaderValue::from_static("application/json");
+    };
+    let kept: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.contains("protobuf") && !t.contains("cbor"))
+        .collect();
+    if kept.is_empty() {
+        return HeaderValue::from_static("application/json");
+    }
+    HeaderValue::from_str(&kept.join(",")).unwrap_or(HeaderValue::from_static("application/json"))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    header_str(headers, &header::CONTENT_TYPE).is_some_and(|c| c.starts_with("application/json"))
+}
+
+/// A watch stream with owner references restored in each event. Events are JSON lines; each
+/// complete line is passed on as soon as it arrives.
+fn restore_watch_stream(body: Incoming) -> ProxyBody {
+    use bytes::BytesMut;
+    use hyper::body::Frame;
+
+    fn line(l: Bytes) -> Bytes {
+        let trimmed = l.strip_suffix(b"\n").unwrap_or(&l);
+        match owner_refs::restore_body(trimmed) {
+            Some(mut restored) => {
+                restored.push(b'\n');
+                Bytes::from(restored)
+            }
+            None => l,
+        }
+    }
+    let stream = futures::stream::unfold(
+        (body, BytesMut::new(), false),
+        |(mut body, mut buf, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                if let Some(pos) = memchr::memchr(b'\n', &buf) {
+                    let l = buf.split_to(pos + 1).freeze();
+                    return Some((Ok(Frame::data(line(l))), (body, buf, false)));
+                }
+                match body.frame().await {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => buf.extend_from_slice(&data),
+                        Err(other) => return Some((Ok(other), (body, buf, false))),
+                    },
+                    Some(Err(e)) => return Some((Err(Box::new(e) as BoxError), (body, buf, true))),
+                    None if buf.is_empty() => return None,
+                    None => {
+                        let rest = buf.split().freeze();
+                        return Some((Ok(Frame::data(line(rest))), (body, buf, true)));
+                    }
+                }
+            }
+        },
+    );
+    http_body_util::StreamBody::new(stream).boxed_unsync()
 }
 
 struct WatchGuard(prometheus_client::metrics::gauge::Gauge);
@@ -603,7 +747,12 @@ fn forwardable(name: &HeaderName) -> bool {
         || is_hop_by_hop(n)
         || matches!(
             n,
-            "authorization" | "host" | "content-length" | "proxy-authorization"
+            "authorization"
+                | "host"
+                | "content-length"
+                | "proxy-authorization"
+                // Answers must come uncompressed so the proxy can restore owner references.
+                | "accept-encoding"
         ))
 }
 
@@ -667,4 +816,60 @@ fn bytes_response(code: StatusCode, content_type: &str, body: Bytes) -> Response
                 .boxed_unsync(),
         )
         .expect("valid response parts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_encodings_are_dropped_from_accept_so_answers_are_json() {
+        let gc = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(
+            json_only_accept(&HeaderValue::from_static(gc)),
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        );
+        assert_eq!(
+            json_only_accept(&HeaderValue::from_static("application/cbor")),
+            "application/json"
+        );
+        assert_eq!(
+            json_only_accept(&HeaderValue::from_static("application/json")),
+            "application/json"
+        );
+    }
+
+    #[test]
+    fn identity_credentials_and_hop_by_hop_headers_never_reach_the_target() {
+        for h in [
+            "x-remote-user",
+            "x-remote-group",
+            "x-remote-extra-scopes",
+            "impersonate-user",
+            "authorization",
+            "connection",
+            "upgrade",
+            "accept-encoding",
+        ] {
+            assert!(!forwardable(&HeaderName::from_static(h)), "{h}");
+        }
+        for h in ["content-type", "user-agent", "accept"] {
+            assert!(forwardable(&HeaderName::from_static(h)), "{h}");
+        }
+    }
+
+    #[test]
+    fn a_delete_carries_the_uid_of_the_object_checked_for_ownership() {
+        let body = with_uid_precondition(b"", "u-1");
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["preconditions"]["uid"], "u-1");
+        assert_eq!(v["kind"], "DeleteOptions");
+        let body = with_uid_precondition(
+            br#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#,
+            "u-2",
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["propagationPolicy"], "Foreground");
+        assert_eq!(v["preconditions"]["uid"], "u-2");
+    }
 }

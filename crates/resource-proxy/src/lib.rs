@@ -15,7 +15,8 @@
 //!   Service and deletion-protection policy the leader keeps applied (RP-2, RP-3).
 //! - [`caller_auth`]: only the aggregator may call (RP-4); [`server`]: the TLS listeners;
 //!   [`handler`]: the request path (RP-5 to RP-8, RP-12); [`discovery`]: discovery with local
-//!   fallback (RP-13); [`target`]: the connection to a target; [`metrics`]: RP-15.
+//!   fallback (RP-13); [`owner_refs`]: client owner references kept out of the target's
+//!   garbage collector (RP-8); [`target`]: the connection to a target; [`metrics`]: RP-15.
 
 pub mod caller_auth;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod handler;
 pub mod labels;
 pub mod metrics;
 pub mod names;
+pub mod owner_refs;
 pub mod request_info;
 pub mod selector;
 pub mod server;

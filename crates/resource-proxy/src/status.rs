@@ -32,6 +32,8 @@ pub enum StatusReason {
     RequestEntityTooLarge,
     /// 415
     UnsupportedMediaType,
+    /// 422
+    Invalid,
     /// 503
     ServiceUnavailable,
     /// No Kubernetes reason fits (the field is omitted, as for `StatusReasonUnknown`).
@@ -263,6 +265,26 @@ impl Status {
     /// 503, as `NewServiceUnavailable(message)`; send with `Retry-After: 1`.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Status::new(503, StatusReason::ServiceUnavailable, message.into())
+    }
+
+    /// 422 Invalid for a write the proxy cannot carry out as asked, as the API server words a
+    /// rejected object: `<resource>.<group> "<name>" is invalid: <why>`.
+    pub fn unprocessable(resource: &str, group: &str, name: &str, why: &str) -> Self {
+        Status::new(
+            422,
+            StatusReason::Invalid,
+            format!(
+                "{} {} is invalid: {why}",
+                qualified(resource, group),
+                quoted(name)
+            ),
+        )
+        .with_details(StatusDetails {
+            name: name.to_owned(),
+            group: group.to_owned(),
+            kind: resource.to_owned(),
+            causes: Vec::new(),
+        })
     }
 
     /// 503 with the message operators know from the original product:

@@ -105,7 +105,7 @@ impl Cluster {
             "--leader-elect=false".to_owned(),
             "--use-service-account-credentials=false".to_owned(),
             "--controllers=garbage-collector-controller,namespace-controller".to_owned(),
-            "--v=1".to_owned(),
+            "--v=2".to_owned(),
         ];
         let process = ManagedProcess::spawn(
             &format!("{}/kube-controller-manager", self.name),

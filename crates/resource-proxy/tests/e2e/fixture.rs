@@ -38,9 +38,10 @@ spec:
 
 fn spec() -> test_cluster::ControlPlaneBuilder {
     ControlPlane::builder()
-        .cluster(ClusterSpec::new("target"))
+        // Garbage collectors in the target and in tenant B prove the owner-reference handling.
+        .cluster(ClusterSpec::new("target").controller_manager())
         .cluster(ClusterSpec::new("tenant-a"))
-        .cluster(ClusterSpec::new("tenant-b"))
+        .cluster(ClusterSpec::new("tenant-b").controller_manager())
         .cluster(ClusterSpec::new("tenant-c"))
 }
 

@@ -9,6 +9,7 @@ mod boundaries;
 mod fixture;
 mod isolation;
 mod kubectl_verbs;
+mod owner_references;
 mod watches;
 
 pub use fixture::*;
