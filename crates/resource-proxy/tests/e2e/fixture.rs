@@ -141,7 +141,13 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
         "client:\n  name: {name}\n  project: {project}\n  kubeconfig: {kc}\ncustomResources:\n{entries}targets:\n  {project}/{target}:\n    peers:\n      static: [\"127.0.0.1:{port}\"]\n    tls:\n      caFile: {ca}\n      serverName: localhost\n    credential:\n      clientCertificate:\n        certFile: {crt}\n        keyFile: {key}\nlisteners:\n  basePort: {base_port}\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n",
         name = spec.client_name,
         project = spec.project,
-        kc = tenant.kubeconfig_path().display(),
+        kc = tenant
+            .kubeconfig_for(
+                &format!("resource-proxy-{}", spec.client_name),
+                &["system:masters"]
+            )
+            .unwrap()
+            .display(),
         target = spec.target,
         port = target.server_port(0),
         ca = p("target-ca.crt").display(),
@@ -415,4 +421,11 @@ pub async fn direct_request(
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A namespaced CRD `<plural>.<group>/v1` of kind `kind`.
+pub fn crd(group: &str, plural: &str, kind: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: {plural}, kind: {kind}}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+    )
 }

@@ -10,6 +10,7 @@ mod fixture;
 mod isolation;
 mod kubectl_verbs;
 mod owner_references;
+mod topologies;
 mod watches;
 
 pub use fixture::*;
