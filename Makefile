@@ -3,13 +3,18 @@ SHELL := /bin/bash
 CARGO ?= cargo
 STATE_DIR ?= .state/demo
 
-.PHONY: demo test lint unit control-plane bench-tunnel-proxy clean-state
+.PHONY: demo demo-check test lint unit control-plane bench-tunnel-proxy clean-state
 
-## demo: start a local client + target cluster pair (real etcd + kube-apiservers) and keep it up.
+## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
+## between them; prints the commands to try and stays up until Ctrl-C. `make demo-check` runs them.
 demo: control-plane
-	$(CARGO) build --quiet -p test-cluster
-	@echo "Starting the demo control plane (Ctrl-C stops it)..."
-	./target/debug/test-cluster up --clusters client,target --controller-manager --gateway-api --state-dir $(STATE_DIR)
+	$(CARGO) build --quiet -p test-cluster -p resource-proxy -p demo
+	@echo "Starting the demo (Ctrl-C stops it)..."
+	./target/debug/demo --state-dir $(STATE_DIR)
+
+demo-check: control-plane
+	$(CARGO) build --quiet -p test-cluster -p resource-proxy -p demo
+	./target/debug/demo --state-dir $(STATE_DIR) --check
 
 ## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters.
 test: lint control-plane

@@ -1,0 +1,93 @@
+//! `make demo` works: the built `demo --check` brings up the clusters and the resource proxy,
+//! runs every command the demo prints, and passes.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use test_cluster::ManagedProcess;
+
+/// The demo finds `resource-proxy` next to its own executable; `cargo test --workspace` (and
+/// `make test`) builds both into the same directory.
+fn demo_binary() -> PathBuf {
+    let demo = PathBuf::from(env!("CARGO_BIN_EXE_demo"));
+    let proxy = demo.parent().unwrap().join("resource-proxy");
+    assert!(
+        proxy.is_file(),
+        "{} is missing: build it with `cargo build -p resource-proxy` (cargo test --workspace does)",
+        proxy.display()
+    );
+    demo
+}
+
+fn state_root() -> PathBuf {
+    let root = std::env::temp_dir().join("kube-tenancy-tests");
+    std::fs::create_dir_all(&root).unwrap();
+    root
+}
+
+#[test]
+fn demo_check_runs_every_printed_command_and_passes() {
+    let demo = demo_binary();
+    let work = tempfile::Builder::new()
+        .prefix("demo-")
+        .tempdir_in(state_root())
+        .unwrap();
+    let state = work.path().join("state");
+    let log = work.path().join("demo.log");
+    // ManagedProcess: the demo (and with it every process it starts) dies with this test.
+    let mut process = ManagedProcess::spawn(
+        "demo",
+        &demo,
+        &[
+            "--check".into(),
+            "--state-dir".into(),
+            state.display().to_string(),
+        ],
+        &log,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = process.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "demo --check did not finish in 300 s:\n{}",
+            process.log_tail(80)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        status.success(),
+        "demo --check failed ({status}):\n{output}"
+    );
+    let lines: Vec<&str> = output.lines().collect();
+    assert!(lines.contains(&"PASS"), "no PASS line:\n{output}");
+    assert!(
+        !lines.iter().any(|l| l.starts_with("FAIL")),
+        "a step failed:\n{output}"
+    );
+    // Every step ran (the watch and the protected APIService among them).
+    let passed = lines.iter().filter(|l| l.starts_with("PASS  ")).count();
+    assert!(passed >= 15, "only {passed} steps ran:\n{output}");
+    for wanted in [
+        "get widgets -n demo -w",
+        "delete apiservice v1.demo.example",
+        "--show-labels",
+    ] {
+        assert!(output.contains(wanted), "no step ran {wanted:?}:\n{output}");
+    }
+    // The demo stopped what it started (the clusters and the proxy) and removed its pid file.
+    assert!(!Path::new(&state).join("up.pid").exists());
+    let pids = std::fs::read_to_string(state.join("pids")).unwrap();
+    assert!(pids.lines().count() >= 4, "pids: {pids}");
+    for pid in pids.lines() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z"),
+            "process {pid} outlived the demo: {stat}"
+        );
+    }
+}

@@ -1,0 +1,502 @@
+//! The deploy manifests under `deploy/resource-proxy/` against real kube-apiservers: they apply
+//! (server-side dry run), their configurations pass `resource-proxy check-config`, and their RBAC
+//! allows every API call the proxy makes (and not much more). The demo (`tests/demo.rs`) also runs
+//! the proxy end to end as the user of `client-rbac.yaml` with exactly that RBAC.
+
+use std::path::{Component, Path, PathBuf};
+
+use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder};
+use tokio::sync::OnceCell;
+
+fn spec() -> ControlPlaneBuilder {
+    ControlPlane::builder()
+        .cluster(ClusterSpec::new("client"))
+        .cluster(ClusterSpec::new("target"))
+}
+
+fn cp() -> &'static ControlPlane {
+    test_cluster::install_crypto_provider();
+    test_cluster::shared(spec)
+}
+
+fn deploy_dir() -> PathBuf {
+    test_cluster::repo_root()
+        .join("deploy/resource-proxy")
+        .canonicalize()
+        .unwrap()
+}
+
+async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    cluster
+        .kubectl_ok(args)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+/// The proxied resource of the manifests' configuration, in the target (kubectl resolves
+/// `can-i` resources through discovery).
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+/// Serializes the real apply with the dry runs (a dry-run create racing a real one fails with
+/// AlreadyExists).
+static APPLYING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Applies the client kustomization, the target RBAC and the widgets CRD for real, once.
+async fn applied() {
+    static APPLIED: OnceCell<()> = OnceCell::const_new();
+    APPLIED
+        .get_or_init(|| async {
+            let _serial = APPLYING.lock().await;
+            let dir = deploy_dir();
+            kubectl(
+                cp().cluster("client"),
+                &["apply", "-k", dir.to_str().unwrap()],
+            )
+            .await;
+            kubectl(
+                cp().cluster("target"),
+                &["apply", "-k", dir.join("target").to_str().unwrap()],
+            )
+            .await;
+            let admin = cp().cluster("target").client().await.unwrap();
+            test_cluster::manifests::apply_crds_yaml(&admin, WIDGET_CRD)
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn the_client_kustomization_applies_with_server_dry_run() {
+    let _logs = cp().logs_on_failure();
+    let _serial = APPLYING.lock().await;
+    let dir = deploy_dir();
+    let out = kubectl(
+        cp().cluster("client"),
+        &["apply", "-k", dir.to_str().unwrap(), "--dry-run=server"],
+    )
+    .await;
+    for object in [
+        "serviceaccount/resource-proxy",
+        "clusterrole.rbac.authorization.k8s.io/resource-proxy",
+        "clusterrolebinding.rbac.authorization.k8s.io/resource-proxy",
+        "role.rbac.authorization.k8s.io/resource-proxy",
+        "rolebinding.rbac.authorization.k8s.io/resource-proxy",
+        "rolebinding.rbac.authorization.k8s.io/resource-proxy:extension-apiserver-authentication-reader",
+        "configmap/resource-proxy-config-",
+        "daemonset.apps/resource-proxy",
+    ] {
+        assert!(out.contains(object), "no {object} in the dry run:\n{out}");
+    }
+    assert!(out.contains("(server dry run)"), "{out}");
+}
+
+#[tokio::test]
+async fn the_target_kustomization_applies_with_server_dry_run() {
+    let _logs = cp().logs_on_failure();
+    let _serial = APPLYING.lock().await;
+    let out = kubectl(
+        cp().cluster("target"),
+        &[
+            "apply",
+            "-k",
+            deploy_dir().join("target").to_str().unwrap(),
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("clusterrole.rbac.authorization.k8s.io/resource-proxy:default:client-a"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "clusterrolebinding.rbac.authorization.k8s.io/resource-proxy:default:client-a"
+        ),
+        "{out}"
+    );
+}
+
+/// `from` → `to` as a relative path (kustomize refuses absolute component paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let mut rel = PathBuf::new();
+    for c in from.components() {
+        if matches!(c, Component::Normal(_)) {
+            rel.push("..");
+        }
+    }
+    for c in to.components() {
+        if let Component::Normal(n) = c {
+            rel.push(n);
+        }
+    }
+    rel
+}
+
+#[tokio::test]
+async fn the_sidecar_component_adds_the_proxy_to_a_control_plane_statefulset() {
+    let _logs = cp().logs_on_failure();
+    let client = cp().cluster("client");
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().canonicalize().unwrap();
+    std::fs::write(
+        dir.join("statefulset.yaml"),
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: tenant-a, labels: {app: vcluster}}\n\
+         spec:\n  serviceName: tenant-a\n  selector: {matchLabels: {app: vcluster}}\n  template:\n    \
+         metadata: {labels: {app: vcluster}}\n    spec:\n      containers:\n      - {name: syncer, image: example/syncer:1}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "resources: [statefulset.yaml]\ncomponents: [{}]\n",
+            relative(&dir, &deploy_dir().join("sidecar")).display()
+        ),
+    )
+    .unwrap();
+    let out = kubectl(
+        client,
+        &[
+            "apply",
+            "-k",
+            dir.to_str().unwrap(),
+            "-n",
+            "default",
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    assert!(
+        out.contains("statefulset.apps/tenant-a created (server dry run)"),
+        "{out}"
+    );
+    assert!(out.contains("configmap/resource-proxy-config-"), "{out}");
+    // Both containers, the proxy's mounts, and the generated ConfigMap's name in the volume.
+    let sts = kubectl(
+        client,
+        &[
+            "create",
+            "-k",
+            dir.to_str().unwrap(),
+            "-n",
+            "default",
+            "--dry-run=server",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    // One JSON document per object.
+    let items: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&sts)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}: {sts}"));
+    let find = |kind: &str| {
+        items
+            .iter()
+            .find(|i| i["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {sts}"))
+    };
+    let (sts, cm) = (find("StatefulSet"), find("ConfigMap"));
+    let pod = &sts["spec"]["template"]["spec"];
+    let mut names: Vec<&str> = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["resource-proxy", "syncer"], "{pod}");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "resource-proxy-config")
+        .unwrap();
+    assert_eq!(volume["configMap"]["name"], cm["metadata"]["name"], "{pod}");
+}
+
+/// `resource-proxy` next to the demo binary (both built into one target directory).
+fn resource_proxy_binary() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_demo"))
+        .parent()
+        .unwrap()
+        .join("resource-proxy");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p resource-proxy` (cargo test --workspace does)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn the_configurations_in_the_manifests_pass_check_config() {
+    for file in ["config.yaml", "sidecar/config.yaml", "example-config.yaml"] {
+        let path = deploy_dir().join(file);
+        let out = std::process::Command::new(resource_proxy_binary())
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "check-config {file}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("target identity: loft:vcluster:p-default:client-a"),
+            "{file} is not for the client the RBAC names:\n{stdout}"
+        );
+    }
+}
+
+/// `kubectl auth can-i` as `user`: true for "yes".
+async fn can_i(cluster: &Cluster, user: &str, args: &[&str]) -> bool {
+    let out = cluster
+        .kubectl()
+        .args(["auth", "can-i", "--as", user])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        answer == "yes" || answer == "no",
+        "kubectl auth can-i {}: {answer} {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    answer == "yes"
+}
+
+/// Every API call of the proxy in the client cluster (wiring.rs, serving.rs, caller_auth.rs,
+/// handler.rs and the leader election), as `kubectl auth can-i` arguments.
+const CLIENT_CALLS: &[&[&str]] = &[
+    // wiring.rs: APIServices listed, applied (a create on first apply), deleted when stale.
+    &["list", "apiservices.apiregistration.k8s.io"],
+    &["get", "apiservices.apiregistration.k8s.io"],
+    &["create", "apiservices.apiregistration.k8s.io"],
+    &["patch", "apiservices.apiregistration.k8s.io/v1.example.com"],
+    &[
+        "delete",
+        "apiservices.apiregistration.k8s.io/v1.example.com",
+    ],
+    // wiring.rs: the ExternalName Services in kube-system.
+    &["list", "services", "-n", "kube-system"],
+    &["get", "services", "-n", "kube-system"],
+    &["create", "services", "-n", "kube-system"],
+    &[
+        "patch",
+        "services/proxy-example-com-v1",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "delete",
+        "services/proxy-example-com-v1",
+        "-n",
+        "kube-system",
+    ],
+    // wiring.rs: the refusal check.
+    &["list", "customresourcedefinitions.apiextensions.k8s.io"],
+    &["get", "customresourcedefinitions.apiextensions.k8s.io"],
+    // wiring.rs: the deletion protection (server-side apply).
+    &[
+        "create",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+    ],
+    &[
+        "get",
+        "validatingadmissionpolicies.admissionregistration.k8s.io/vcluster-protected-apiservices",
+    ],
+    &[
+        "patch",
+        "validatingadmissionpolicies.admissionregistration.k8s.io/vcluster-protected-apiservices",
+    ],
+    &[
+        "create",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+    ],
+    &[
+        "patch",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io/vcluster-protected-resource-proxy",
+    ],
+    // wiring.rs: who the proxy is.
+    &["create", "selfsubjectreviews.authentication.k8s.io"],
+    // handler.rs: the namespace of a namespaced write.
+    &["get", "namespaces/team-ns"],
+    // Leader election: the Lease kube-system/resource-proxy-client-a.
+    &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
+    &[
+        "get",
+        "leases.coordination.k8s.io/resource-proxy-client-a",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "update",
+        "leases.coordination.k8s.io/resource-proxy-client-a",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "patch",
+        "leases.coordination.k8s.io/resource-proxy-client-a",
+        "-n",
+        "kube-system",
+    ],
+    // serving.rs: the shared serving certificate.
+    &["create", "secrets", "-n", "kube-system"],
+    &[
+        "get",
+        "secrets/resource-proxy-serving-client-a",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "update",
+        "secrets/resource-proxy-serving-client-a",
+        "-n",
+        "kube-system",
+    ],
+    // caller_auth.rs: the request-header CA, watched.
+    &[
+        "get",
+        "configmaps/extension-apiserver-authentication",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "list",
+        "configmaps/extension-apiserver-authentication",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "watch",
+        "configmaps/extension-apiserver-authentication",
+        "-n",
+        "kube-system",
+    ],
+];
+
+/// What the proxy's client identity must not be able to do.
+const CLIENT_DENIED: &[&[&str]] = &[
+    &["get", "secrets", "-n", "kube-system"],
+    &["list", "secrets", "-n", "kube-system"],
+    &["get", "secrets/other", "-n", "kube-system"],
+    &["create", "services", "-n", "default"],
+    &["delete", "namespaces/team-ns"],
+    &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+    &[
+        "update",
+        "leases.coordination.k8s.io/kube-controller-manager",
+        "-n",
+        "kube-system",
+    ],
+    &[
+        "delete",
+        "validatingadmissionpolicies.admissionregistration.k8s.io/vcluster-protected-apiservices",
+    ],
+    &["get", "configmaps/other", "-n", "kube-system"],
+];
+
+#[tokio::test]
+async fn the_client_rbac_allows_every_call_the_proxy_makes_and_little_else() {
+    let _logs = cp().logs_on_failure();
+    applied().await;
+    let client = cp().cluster("client");
+    let mut wrong = Vec::new();
+    for user in [
+        "resource-proxy",
+        "system:serviceaccount:kube-system:resource-proxy",
+    ] {
+        for call in CLIENT_CALLS {
+            if !can_i(client, user, call).await {
+                wrong.push(format!("{user} cannot {}", call.join(" ")));
+            }
+        }
+        for call in CLIENT_DENIED {
+            if can_i(client, user, call).await {
+                wrong.push(format!("{user} can {}", call.join(" ")));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "client RBAC:\n{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces() {
+    let _logs = cp().logs_on_failure();
+    applied().await;
+    let target = cp().cluster("target");
+    let identity = "loft:vcluster:p-default:client-a";
+    let mut wrong = Vec::new();
+    let mut allowed: Vec<Vec<&str>> = Vec::new();
+    for verb in [
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+    ] {
+        allowed.push(vec![verb, "widgets.example.com", "-n", "team-ns"]);
+        allowed.push(vec![verb, "widgets.example.com", "--all-namespaces"]);
+    }
+    allowed.push(vec![
+        "update",
+        "widgets.example.com",
+        "--subresource",
+        "status",
+        "-n",
+        "team-ns",
+    ]);
+    allowed.push(vec!["get", "namespaces/team-ns"]);
+    allowed.push(vec!["create", "namespaces"]);
+    allowed.push(vec!["create", "selfsubjectreviews.authentication.k8s.io"]);
+    for call in &allowed {
+        if !can_i(target, identity, call).await {
+            wrong.push(format!("cannot {}", call.join(" ")));
+        }
+    }
+    for call in [
+        &["get", "gadgets.other.example", "-n", "team-ns"][..],
+        &["delete", "namespaces/team-ns"],
+        &["get", "secrets", "-n", "team-ns"],
+        &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+    ] {
+        if can_i(target, identity, call).await {
+            wrong.push(format!("can {}", call.join(" ")));
+        }
+    }
+    // Another client's identity gets nothing from this role.
+    if can_i(
+        target,
+        "loft:vcluster:p-default:client-b",
+        &["list", "widgets.example.com", "-n", "team-ns"],
+    )
+    .await
+    {
+        wrong.push("client-b can list widgets".into());
+    }
+    assert!(wrong.is_empty(), "target RBAC:\n{}", wrong.join("\n"));
+}
