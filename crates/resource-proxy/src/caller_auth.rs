@@ -247,3 +247,135 @@ impl ClientCertVerifier for DeferredClientAuth {
         self.algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+    use super::*;
+
+    struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        pem: String,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let pem = p.self_signed(&key).unwrap().pem();
+        Ca {
+            issuer: Issuer::new(p, key),
+            pem,
+        }
+    }
+
+    fn client_cert(ca: &Ca, cn: &str) -> Vec<CertificateDer<'static>> {
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        vec![p.signed_by(&key, &ca.issuer).unwrap().der().clone()]
+    }
+
+    fn settings(ca: &Ca, allowed: &str) -> BTreeMap<String, String> {
+        [
+            ("requestheader-client-ca-file".to_owned(), ca.pem.clone()),
+            ("requestheader-allowed-names".to_owned(), allowed.to_owned()),
+            (
+                "requestheader-username-headers".to_owned(),
+                r#"["X-Remote-User"]"#.to_owned(),
+            ),
+            (
+                "requestheader-group-headers".to_owned(),
+                r#"["X-Remote-Group"]"#.to_owned(),
+            ),
+        ]
+        .into()
+    }
+
+    fn headers(user: Option<&str>, groups: &[&str]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        if let Some(u) = user {
+            h.insert("x-remote-user", u.parse().unwrap());
+        }
+        for g in groups {
+            h.append("x-remote-group", g.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_an_allowed_certificate_of_the_request_header_ca_makes_identity_headers_count() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let auth = Authenticator::default();
+        let good = ca("front-proxy-ca");
+        let h = headers(Some("alice"), &["devs", "system:authenticated"]);
+        assert_eq!(
+            auth.authenticate(Some(&client_cert(&good, "front-proxy-client")), &h),
+            Err(AuthError::NotConfigured)
+        );
+
+        auth.update(&settings(&good, r#"["front-proxy-client"]"#))
+            .unwrap();
+        let caller = auth
+            .authenticate(Some(&client_cert(&good, "front-proxy-client")), &h)
+            .unwrap();
+        assert_eq!(caller.user, "alice");
+        assert_eq!(caller.groups, ["devs", "system:authenticated"]);
+
+        assert_eq!(auth.authenticate(None, &h), Err(AuthError::NoCertificate));
+        assert!(matches!(
+            auth.authenticate(
+                Some(&client_cert(&ca("other-ca"), "front-proxy-client")),
+                &h
+            ),
+            Err(AuthError::Untrusted(_))
+        ));
+        assert_eq!(
+            auth.authenticate(Some(&client_cert(&good, "intruder")), &h),
+            Err(AuthError::NameNotAllowed("intruder".into()))
+        );
+        assert_eq!(
+            auth.authenticate(
+                Some(&client_cert(&good, "front-proxy-client")),
+                &headers(None, &["x"])
+            ),
+            Err(AuthError::NoUser)
+        );
+    }
+
+    #[test]
+    fn a_rotated_request_header_ca_takes_effect_at_once() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let auth = Authenticator::default();
+        let (old, new) = (ca("old"), ca("new"));
+        let h = headers(Some("bob"), &[]);
+        auth.update(&settings(&old, "[]")).unwrap();
+        assert!(
+            auth.authenticate(Some(&client_cert(&old, "any")), &h)
+                .is_ok(),
+            "empty allowed names allow any CN"
+        );
+        auth.update(&settings(&new, "[]")).unwrap();
+        assert!(
+            auth.authenticate(Some(&client_cert(&old, "any")), &h)
+                .is_err()
+        );
+        assert!(
+            auth.authenticate(Some(&client_cert(&new, "any")), &h)
+                .is_ok()
+        );
+        // An unusable update keeps the previous settings.
+        let mut broken = settings(&new, "[]");
+        broken.insert("requestheader-client-ca-file".into(), "not a pem".into());
+        assert!(auth.update(&broken).is_err());
+        assert!(
+            auth.authenticate(Some(&client_cert(&new, "any")), &h)
+                .is_ok()
+        );
+    }
+}

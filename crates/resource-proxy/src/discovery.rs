@@ -220,3 +220,75 @@ fn kind_guess(plural: &str) -> String {
         .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AccessMode, TargetRef};
+
+    fn discovery(resources: Resources) -> Discovery {
+        Discovery::new(&GroupVersionListener {
+            group: "example.test".into(),
+            version: "v1".into(),
+            port: 9100,
+            resources,
+            target: TargetRef {
+                project: "p".into(),
+                name: "t".into(),
+            },
+            access: AccessMode::Owned,
+            entries: vec![],
+        })
+    }
+
+    #[test]
+    fn synthesized_discovery_lists_the_configured_resources_with_get_only() {
+        let d = discovery(Resources::Named(vec!["widgets".into()]));
+        let list = d.synthesized();
+        assert_eq!(list["groupVersion"], "example.test/v1");
+        assert_eq!(list["resources"][0]["name"], "widgets");
+        assert_eq!(list["resources"][0]["kind"], "Widget");
+        assert_eq!(list["resources"][0]["namespaced"], true);
+        assert_eq!(list["resources"][0]["verbs"], serde_json::json!(["get"]));
+        assert_eq!(
+            discovery(Resources::Wildcard).synthesized()["resources"],
+            serde_json::json!([])
+        );
+    }
+
+    #[test]
+    fn aggregated_discovery_nests_subresources_under_their_resource() {
+        let d = discovery(Resources::Wildcard);
+        let list = json!({"resources": [
+            {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget",
+             "verbs": ["get", "list"], "shortNames": ["wd"]},
+            {"name": "widgets/status", "singularName": "", "namespaced": true, "kind": "Widget", "verbs": ["get", "patch"]},
+        ]});
+        let agg = d.aggregated(list.to_string().as_bytes());
+        assert_eq!(agg["kind"], "APIGroupDiscoveryList");
+        let v = &agg["items"][0]["versions"][0];
+        assert_eq!(v["version"], "v1");
+        let r = &v["resources"][0];
+        assert_eq!(v["resources"].as_array().unwrap().len(), 1);
+        assert_eq!(r["resource"], "widgets");
+        assert_eq!(r["scope"], "Namespaced");
+        assert_eq!(
+            r["responseKind"],
+            json!({"group": "example.test", "version": "v1", "kind": "Widget"})
+        );
+        assert_eq!(r["shortNames"], json!(["wd"]));
+        assert_eq!(r["subresources"][0]["subresource"], "status");
+    }
+
+    #[test]
+    fn the_aggregated_media_type_is_recognised_in_accept() {
+        assert!(wants_aggregated(Some(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        )));
+        assert!(wants_aggregated(Some(
+            "application/json; g=apidiscovery.k8s.io; v=v2; as=APIGroupDiscoveryList"
+        )));
+        assert!(!wants_aggregated(Some("application/json")));
+        assert!(!wants_aggregated(None));
+    }
+}
