@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
@@ -39,12 +40,27 @@ use crate::metrics::{BackendErrorReason, HostMetrics};
 use crate::routing::{self, RequestView};
 use crate::smuggling::Sniffed;
 use crate::state::State;
-use crate::upstream::{BoxError, ConnectError, ProxyBody, Upstream};
+use crate::upstream::{BoxError, ConnectError, Endpoint, ProxyBody, SendError, Upstream};
 
 /// Frames a mirror may lag behind the primary request before it is cut off.
 const MIRROR_QUEUE_FRAMES: usize = 16;
 /// A mirror without a configured timeout gives up after this long.
 const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// What the requests of one client connection share.
+struct ConnCtx {
+    state: Arc<State>,
+    peer: SocketAddr,
+    /// The peer address as an `X-Forwarded-For` element, formatted once per connection.
+    peer_ip: HeaderValue,
+    /// Raised by the connection's [`Sniffed`] scanner.
+    conflicting_length: Arc<AtomicBool>,
+}
 
 // === server ===
 
@@ -79,11 +95,16 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Futu
         if let Err(e) = stream.set_nodelay(true) {
             debug!(error = %e, "set_nodelay failed");
         }
-        let state = state.clone();
         let conflicting_length = Arc::new(AtomicBool::new(false));
         let io = TokioIo::new(Sniffed::new(stream, conflicting_length.clone()));
-        let service =
-            service_fn(move |req| handle(state.clone(), peer, conflicting_length.clone(), req));
+        let ctx = Arc::new(ConnCtx {
+            state: state.clone(),
+            peer,
+            peer_ip: HeaderValue::try_from(peer.ip().to_string())
+                .expect("an IP address is a valid header value"),
+            conflicting_length,
+        });
+        let service = service_fn(move |req| handle(ctx.clone(), req));
         let conn = builder
             .serve_connection_with_upgrades(io, service)
             .into_owned();
@@ -118,24 +139,23 @@ impl Drop for Completion {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that keeps its request's [`Completion`] alive.
-    struct Tracked<B> {
-        #[pin]
-        inner: B,
-        done: Completion,
-    }
+/// A response body that keeps its request's [`Completion`] alive.
+struct Tracked {
+    inner: ProxyBody,
+    /// Only dropped: that ends the request's metrics.
+    #[allow(dead_code)]
+    done: Completion,
 }
 
-impl<B: Body<Data = Bytes, Error = BoxError>> Body for Tracked<B> {
+impl Body for Tracked {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.project().inner.poll_frame(cx)
+        Pin::new(&mut self.inner).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -148,11 +168,10 @@ impl<B: Body<Data = Bytes, Error = BoxError>> Body for Tracked<B> {
 }
 
 async fn handle(
-    state: Arc<State>,
-    peer: SocketAddr,
-    conflicting_length: Arc<AtomicBool>,
+    ctx: Arc<ConnCtx>,
     req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Result<Response<Tracked>, Infallible> {
+    let state = &ctx.state;
     let start = Instant::now();
     let in_flight = state.metrics().in_flight().clone();
     in_flight.inc();
@@ -161,18 +180,16 @@ async fn handle(
         in_flight,
         host: state.metrics().unmatched().clone(),
     };
-    let resp = if conflicting_length.load(Ordering::Relaxed) && req.version() != Version::HTTP_2 {
-        debug!(%peer, "refused request with both Content-Length and Transfer-Encoding");
+    let resp = if ctx.conflicting_length.load(Ordering::Relaxed) && req.version() != Version::HTTP_2
+    {
+        debug!(peer = %ctx.peer, "refused request with both Content-Length and Transfer-Encoding");
         bad_request("both Content-Length and Transfer-Encoding")
     } else {
-        route_and_forward(&state, peer, req, &mut done).await
+        route_and_forward(&ctx, req, &mut done).await
     };
     done.host.response(resp.status());
     let (parts, body) = resp.into_parts();
-    Ok(Response::from_parts(
-        parts,
-        Tracked { inner: body, done }.boxed_unsync(),
-    ))
+    Ok(Response::from_parts(parts, Tracked { inner: body, done }))
 }
 
 fn is_grpc(headers: &HeaderMap) -> bool {
@@ -183,11 +200,11 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 }
 
 async fn route_and_forward(
-    state: &State,
-    peer: SocketAddr,
+    ctx: &ConnCtx,
     mut req: Request<Incoming>,
     done: &mut Completion,
 ) -> Response<ProxyBody> {
+    let (state, peer) = (&ctx.state, ctx.peer);
     let grpc = is_grpc(req.headers());
     let authority = match routed_authority(&req) {
         Ok(a) => a,
@@ -255,7 +272,7 @@ async fn route_and_forward(
                         backend,
                         upstream,
                         host_metrics: &done.host,
-                        peer,
+                        peer_ip: &ctx.peer_ip,
                         authority: &authority,
                         matched_prefix: matched_prefix.as_deref(),
                     };
@@ -295,7 +312,7 @@ fn routed_authority(req: &Request<Incoming>) -> Result<HeaderValue, &'static str
 /// The scheme the client used, as told by the front proxy (`http` when unknown). It only
 /// shapes redirects and `X-Forwarded-Proto`, never routing.
 fn forwarded_proto(headers: &HeaderMap) -> &'static str {
-    match headers.get("x-forwarded-proto").map(HeaderValue::as_bytes) {
+    match headers.get(&X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
         Some(b"https") => "https",
         _ => "http",
     }
@@ -316,9 +333,28 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "te"
+            | "transfer-encoding"
+            | "trailer"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+            | "keep-alive"
+            | "proxy-connection"
+            | "upgrade"
+    )
+}
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), except what an upgrade needs and
 /// `te: trailers` (gRPC needs it).
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Most messages carry none: one pass over the names, no hashing.
+    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -343,8 +379,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         header::TRAILER,
         header::PROXY_AUTHORIZATION,
         header::PROXY_AUTHENTICATE,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
+        KEEP_ALIVE.clone(),
+        PROXY_CONNECTION.clone(),
     ] {
         headers.remove(name);
     }
@@ -408,7 +444,7 @@ struct Forward<'a> {
     backend: &'a Backend,
     upstream: &'a Upstream,
     host_metrics: &'a HostMetrics,
-    peer: SocketAddr,
+    peer_ip: &'a HeaderValue,
     authority: &'a HeaderValue,
     matched_prefix: Option<&'a str>,
 }
@@ -427,7 +463,9 @@ impl Forward<'_> {
             return local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n");
         }
         self.prepare_headers(&mut parts, upgrade);
-        let path_and_query = self.path_and_query(&parts);
+        let Some(path_and_query) = self.path_and_query(&parts) else {
+            return local(StatusCode::BAD_REQUEST, "invalid request target\n");
+        };
         let body = body.map_err(BoxError::from);
         let body: ProxyBody = if self.rule.mirrors.is_empty() {
             body.boxed_unsync()
@@ -444,7 +482,7 @@ impl Forward<'_> {
             }
         };
         let endpoint = self.upstream.next_endpoint();
-        let uri = match self.upstream.uri(endpoint, &path_and_query) {
+        let uri = match self.upstream.uri(endpoint, path_and_query) {
             Ok(uri) => uri,
             Err(e) => {
                 warn!(route = %self.rule.route, error = %e, "cannot build the upstream URI");
@@ -458,8 +496,7 @@ impl Forward<'_> {
         };
         let request = self
             .upstream
-            .client()
-            .request(Request::from_parts(parts, body));
+            .send(endpoint, Request::from_parts(parts, body));
         let deadline = match (self.rule.request_timeout, self.rule.backend_timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -517,9 +554,8 @@ impl Forward<'_> {
                     .boxed_unsync(),
             );
         }
-        let (mut parts, body) = resp.into_parts();
-        strip_hop_by_hop(&mut parts.headers, false);
-        Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync())
+        strip_hop_by_hop(resp.headers_mut(), false);
+        resp
     }
 
     fn prepare_headers(&self, parts: &mut Parts, upgrade: bool) {
@@ -535,32 +571,42 @@ impl Forward<'_> {
             .and_then(|r| r.hostname.clone())
             .unwrap_or_else(|| self.authority.clone());
         h.insert(header::HOST, host);
-        let peer_ip = self.peer.ip().to_string();
-        let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(prev) => format!("{prev}, {peer_ip}"),
-            None => peer_ip,
+        let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(prev) => {
+                let peer_ip = self.peer_ip.to_str().unwrap_or_default();
+                HeaderValue::try_from(format!("{prev}, {peer_ip}")).ok()
+            }
+            None => Some(self.peer_ip.clone()),
         };
-        if let Ok(v) = HeaderValue::from_str(&xff) {
-            h.insert("x-forwarded-for", v);
+        if let Some(v) = xff {
+            h.insert(X_FORWARDED_FOR.clone(), v);
         }
         let proto = forwarded_proto(h);
-        h.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+        h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     }
 
-    fn path_and_query(&self, parts: &Parts) -> String {
-        let path = parts.uri.path();
-        let path = match self.rule.rewrite.as_ref().and_then(|r| r.path.as_ref()) {
-            Some(rewrite) => rewrite.apply(path, self.matched_prefix),
-            None => path.to_owned(),
+    /// The upstream path and query: the client's (shared, not copied) unless a URL rewrite
+    /// changes the path. `None` when the rewritten target is not a valid one.
+    fn path_and_query(&self, parts: &Parts) -> Option<PathAndQuery> {
+        let Some(rewrite) = self.rule.rewrite.as_ref().and_then(|r| r.path.as_ref()) else {
+            return Some(
+                parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            );
         };
-        match parts.uri.query() {
+        let path = rewrite.apply(parts.uri.path(), self.matched_prefix);
+        let target = match parts.uri.query() {
             Some(q) => format!("{path}?{q}"),
             None => path,
-        }
+        };
+        PathAndQuery::try_from(target).ok()
     }
 
     /// Starts the selected mirrors; returns the senders feeding their bodies.
-    fn start_mirrors(&self, parts: &Parts, path_and_query: &str) -> Vec<MirrorSender> {
+    fn start_mirrors(&self, parts: &Parts, path_and_query: &PathAndQuery) -> Vec<MirrorSender> {
         let mut senders = Vec::new();
         for mirror in &self.rule.mirrors {
             if !filters::mirror_selected(mirror.percent, rand::random_range(0..100)) {
@@ -570,7 +616,7 @@ impl Forward<'_> {
                 continue;
             };
             let endpoint = upstream.next_endpoint();
-            let Ok(uri) = upstream.uri(endpoint, path_and_query) else {
+            let Ok(uri) = upstream.uri(endpoint, path_and_query.clone()) else {
                 continue;
             };
             let (tx, rx) = mpsc::channel(MIRROR_QUEUE_FRAMES);
@@ -592,7 +638,7 @@ impl Forward<'_> {
             if parts.method == Method::GET || parts.method == Method::HEAD {
                 req.headers_mut().remove(header::CONTENT_LENGTH);
             }
-            spawn_mirror(mirror, upstream, req, self.rule.backend_timeout);
+            spawn_mirror(mirror, upstream, endpoint, req, self.rule.backend_timeout);
             senders.push(MirrorSender { tx, cut });
         }
         senders
@@ -602,11 +648,12 @@ impl Forward<'_> {
 fn spawn_mirror(
     mirror: &Mirror,
     upstream: &Upstream,
+    endpoint: &Endpoint,
     req: Request<ProxyBody>,
     timeout: Option<Duration>,
 ) {
     let name = mirror.backend.name.clone();
-    let fut = upstream.client().request(req);
+    let fut = upstream.send(endpoint, req);
     tokio::spawn(async move {
         match tokio::time::timeout(timeout.unwrap_or(MIRROR_TIMEOUT), fut).await {
             Ok(Ok(resp)) => {
@@ -619,7 +666,17 @@ fn spawn_mirror(
     });
 }
 
-fn classify(e: &hyper_util::client::legacy::Error) -> (BackendErrorReason, StatusCode) {
+fn classify(e: &SendError) -> (BackendErrorReason, StatusCode) {
+    let e = match e {
+        SendError::Connect(ConnectError::Tcp(_)) => {
+            return (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE);
+        }
+        SendError::Connect(ConnectError::Tls(_)) => {
+            return (BackendErrorReason::Tls, StatusCode::BAD_GATEWAY);
+        }
+        SendError::Http1(_) => return (BackendErrorReason::Protocol, StatusCode::BAD_GATEWAY),
+        SendError::Http2(e) => e,
+    };
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(c) = s.downcast_ref::<ConnectError>() {

@@ -106,7 +106,7 @@ impl HostPattern {
 
 /// The routed host from a `Host` header value or an `:authority`: port removed, lower-cased,
 /// one trailing dot removed. `None` when it is empty or not a plausible host.
-pub fn normalize_host(authority: &str) -> Option<String> {
+pub fn normalize_host(authority: &str) -> Option<std::borrow::Cow<'_, str>> {
     let host = if let Some(rest) = authority.strip_prefix('[') {
         // IPv6 literal: keep the brackets off, drop the port.
         let end = rest.find(']')?;
@@ -126,7 +126,11 @@ pub fn normalize_host(authority: &str) -> Option<String> {
     {
         return None;
     }
-    Some(host.to_ascii_lowercase())
+    Some(if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    })
 }
 
 // === matchers ===

@@ -17,56 +17,69 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
-/// Longest header line kept for inspection; longer lines are only counted.
-const LINE_KEEP: usize = 64;
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
+/// Longest part of a line split across reads that is kept for inspection; the rest is only
+/// skipped. Lines that arrive whole in one read are inspected whole.
+const CARRY_KEEP: usize = 1024;
 
-#[derive(Debug)]
+/// Where the scanner is in the client's byte stream.
+#[derive(Debug, Clone, Copy)]
 enum Scan {
     /// Reading a request head line by line.
     Head {
-        line: Vec<u8>,
+        /// No line of this head seen yet (blank lines before a request line are tolerated).
         first_line: bool,
         content_length: Option<u64>,
         chunked: bool,
         any_te: bool,
     },
+    /// Skipping a fixed-length body.
     Fixed(u64),
-    ChunkSize(Vec<u8>),
+    /// Reading a chunk-size line.
+    ChunkSize,
+    /// Skipping chunk data.
     ChunkData(u64),
+    /// Skipping the CRLF after chunk data.
     ChunkDataEnd(u8),
-    Trailers {
-        line_empty: bool,
-    },
+    /// Reading trailer lines up to the empty one.
+    Trailers,
     /// HTTP/2, or bytes the scanner cannot follow: stop looking.
     Off,
 }
 
 impl Scan {
-    fn head() -> Self {
-        Self::Head {
-            line: Vec::new(),
-            first_line: true,
-            content_length: None,
-            chunked: false,
-            any_te: false,
-        }
-    }
+    const HEAD: Self = Self::Head {
+        first_line: true,
+        content_length: None,
+        chunked: false,
+        any_te: false,
+    };
 }
 
 /// The scanner state of one connection.
+///
+/// It works on whole slices: body bytes are skipped by count, head lines are found with
+/// `memchr` and only lines starting like `content-length` or `transfer-encoding` are looked
+/// at. Nothing is copied except the start of a line that a read split (rare).
 #[derive(Debug)]
 pub struct Scanner {
     state: Scan,
-    seen: usize,
+    /// Start of a line split across reads.
+    carry: Vec<u8>,
+    /// Whether `carry` holds a partial line (it may be empty after a lone `\n` split).
+    carrying: bool,
+    /// The first line of the connection is still to be read (HTTP/2 preface detection).
+    conn_first_line: bool,
     flag: Arc<AtomicBool>,
 }
 
 impl Scanner {
     pub fn new(flag: Arc<AtomicBool>) -> Self {
         Self {
-            state: Scan::head(),
-            seen: 0,
+            state: Scan::HEAD,
+            carry: Vec::new(),
+            carrying: false,
+            conn_first_line: true,
             flag,
         }
     }
@@ -77,125 +90,149 @@ impl Scanner {
             match &mut self.state {
                 Scan::Off => return,
                 Scan::Fixed(n) => {
-                    let take = (*n).min(data.len() as u64) as usize;
-                    *n -= take as u64;
+                    let take = skip(n, data.len());
                     data = &data[take..];
                     if *n == 0 {
-                        self.state = Scan::head();
+                        self.state = Scan::HEAD;
                     }
                 }
                 Scan::ChunkData(n) => {
-                    let take = (*n).min(data.len() as u64) as usize;
-                    *n -= take as u64;
+                    let take = skip(n, data.len());
                     data = &data[take..];
                     if *n == 0 {
                         self.state = Scan::ChunkDataEnd(2);
                     }
                 }
                 Scan::ChunkDataEnd(left) => {
-                    *left -= 1;
+                    let take = usize::from(*left).min(data.len());
+                    *left -= take as u8;
+                    data = &data[take..];
                     if *left == 0 {
-                        self.state = Scan::ChunkSize(Vec::new());
+                        self.state = Scan::ChunkSize;
                     }
-                    data = &data[1..];
                 }
-                Scan::ChunkSize(line) => {
-                    let b = data[0];
-                    data = &data[1..];
-                    if b != b'\n' {
-                        if line.len() < LINE_KEEP {
-                            line.push(b);
-                        }
-                        continue;
-                    }
-                    let text = String::from_utf8_lossy(line);
-                    let size = text.split(';').next().unwrap_or("").trim();
-                    self.state = match u64::from_str_radix(size, 16) {
-                        Ok(0) => Scan::Trailers { line_empty: true },
-                        Ok(n) => Scan::ChunkData(n),
-                        Err(_) => Scan::Off,
+                Scan::Head { .. } | Scan::ChunkSize | Scan::Trailers => {
+                    let Some(nl) = memchr::memchr(b'\n', data) else {
+                        self.keep(data);
+                        return;
                     };
-                }
-                Scan::Trailers { line_empty } => {
-                    let b = data[0];
-                    data = &data[1..];
-                    match b {
-                        b'\n' if *line_empty => self.state = Scan::head(),
-                        b'\n' => *line_empty = true,
-                        b'\r' => {}
-                        _ => *line_empty = false,
+                    let (line, rest) = (&data[..nl], &data[nl + 1..]);
+                    data = rest;
+                    if self.carrying {
+                        self.keep(line);
+                        let carried = std::mem::take(&mut self.carry);
+                        self.carrying = false;
+                        self.line(&carried);
+                        self.carry = carried;
+                        self.carry.clear();
+                    } else {
+                        self.line(line);
                     }
-                }
-                Scan::Head { .. } => {
-                    let b = data[0];
-                    data = &data[1..];
-                    self.seen += 1;
-                    self.head_byte(b);
                 }
             }
         }
     }
 
-    fn head_byte(&mut self, b: u8) {
-        let Scan::Head {
-            line,
-            first_line,
-            content_length,
-            chunked,
-            any_te,
-        } = &mut self.state
-        else {
-            return;
-        };
-        if b != b'\n' {
-            if line.len() < LINE_KEEP {
-                line.push(b);
-            }
-            if self.seen == H2_PREFACE.len() && line.as_slice() == H2_PREFACE {
-                self.state = Scan::Off;
-            }
-            return;
-        }
+    fn keep(&mut self, part: &[u8]) {
+        self.carrying = true;
+        let room = CARRY_KEEP.saturating_sub(self.carry.len());
+        self.carry.extend_from_slice(&part[..part.len().min(room)]);
+    }
+
+    /// One complete line (without its `\n`) in a line-oriented state.
+    fn line(&mut self, line: &[u8]) {
         let text = line.strip_suffix(b"\r").unwrap_or(line);
-        if text.is_empty() {
-            if *first_line {
-                // blank lines before a request line are tolerated by hyper
-                return;
+        match &mut self.state {
+            Scan::ChunkSize => {
+                let size = text.split(|b| *b == b';').next().unwrap_or_default();
+                self.state = match parse_hex(size.trim_ascii()) {
+                    Some(0) => Scan::Trailers,
+                    Some(n) => Scan::ChunkData(n),
+                    None => Scan::Off,
+                };
             }
-            if *any_te && content_length.is_some() {
-                self.flag.store(true, Ordering::Relaxed);
-            }
-            self.state = if *chunked {
-                Scan::ChunkSize(Vec::new())
-            } else {
-                match *content_length {
-                    Some(n) if n > 0 => Scan::Fixed(n),
-                    _ => Scan::head(),
+            Scan::Trailers => {
+                if text.is_empty() {
+                    self.state = Scan::HEAD;
                 }
-            };
-            return;
-        }
-        if !*first_line {
-            if let Some(value) = header_value(text, b"content-length") {
-                *content_length = value.trim().parse().ok().or(Some(0));
-            } else if let Some(value) = header_value(text, b"transfer-encoding") {
-                *any_te = true;
-                *chunked = value
-                    .rsplit(',')
-                    .next()
-                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
             }
+            Scan::Head {
+                first_line,
+                content_length,
+                chunked,
+                any_te,
+            } => {
+                if std::mem::take(&mut self.conn_first_line) && text == H2_PREFACE_LINE {
+                    self.state = Scan::Off;
+                    return;
+                }
+                if text.is_empty() {
+                    if *first_line {
+                        // blank lines before a request line are tolerated by hyper
+                        return;
+                    }
+                    if *any_te && content_length.is_some() {
+                        self.flag.store(true, Ordering::Relaxed);
+                    }
+                    self.state = if *chunked {
+                        Scan::ChunkSize
+                    } else {
+                        match *content_length {
+                            Some(n) if n > 0 => Scan::Fixed(n),
+                            _ => Scan::HEAD,
+                        }
+                    };
+                    return;
+                }
+                if !std::mem::replace(first_line, false) {
+                    if let Some(value) = header_value(text, b"content-length") {
+                        *content_length = Some(parse_dec(value.trim_ascii()).unwrap_or(0));
+                    } else if let Some(value) = header_value(text, b"transfer-encoding") {
+                        *any_te = true;
+                        *chunked = value
+                            .rsplit(|b| *b == b',')
+                            .next()
+                            .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                    }
+                }
+            }
+            Scan::Fixed(_) | Scan::ChunkData(_) | Scan::ChunkDataEnd(_) | Scan::Off => {}
         }
-        *first_line = false;
-        line.clear();
     }
 }
 
-fn header_value(line: &[u8], name: &[u8]) -> Option<String> {
+/// Skips up to `len` bytes of the `n` left; returns how many.
+fn skip(n: &mut u64, len: usize) -> usize {
+    let take = (*n).min(len as u64) as usize;
+    *n -= take as u64;
+    take
+}
+
+/// The value of `line` when it is the header `name` (compared case-insensitively).
+fn header_value<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     let (n, rest) = line.split_at_checked(name.len())?;
     let value = rest.strip_prefix(b":")?;
-    n.eq_ignore_ascii_case(name)
-        .then(|| String::from_utf8_lossy(value).into_owned())
+    n.eq_ignore_ascii_case(name).then_some(value)
+}
+
+fn parse_dec(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, b| {
+        let d = (*b as char).to_digit(10)?;
+        acc.checked_mul(10)?.checked_add(u64::from(d))
+    })
+}
+
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, b| {
+        let d = (*b as char).to_digit(16)?;
+        acc.checked_mul(16)?.checked_add(u64::from(d))
+    })
 }
 
 pin_project_lite::pin_project! {
@@ -278,7 +315,7 @@ mod tests {
 
     #[test]
     fn flags_content_length_with_transfer_encoding_in_either_order() {
-        let rows: [(&[u8], bool); 9] = [
+        let rows: [(&[u8], bool); 11] = [
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true),
             (b"POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: chunked\r\ncontent-length: 0\r\n\r\n0\r\n\r\n", true),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", false),
@@ -289,6 +326,9 @@ mod tests {
             // the second, pipelined request is the smuggling one
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", true),
             (b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nokGET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", true),
+            // long header lines are followed whole, also when a read splits them
+            (b"POST / HTTP/1.1\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\nTransfer-Encoding: identity, identity, identity, identity, identity, identity, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n", true),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", false),
             // HTTP/2 prior knowledge is not scanned
             (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n", false),
         ];

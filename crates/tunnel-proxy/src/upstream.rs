@@ -7,15 +7,19 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::Uri;
-use http::uri::{Authority, Scheme};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -33,10 +37,13 @@ use crate::config::{BackendProtocol, BackendTls};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Body type of everything the proxy sends, upstream and downstream.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
-pub type HttpClient = Client<BackendConnector, ProxyBody>;
+/// hyper-util's pooled client, used for HTTP/2 backends (one multiplexed connection each).
+type LegacyClient = Client<BackendConnector, ProxyBody>;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often idle HTTP/1 connections are checked for expiry.
+const POOL_REAP_INTERVAL: Duration = Duration::from_secs(30);
 
 // === connector ===
 
@@ -343,6 +350,231 @@ impl ServerCertVerifier for SanVerifier {
 
 // === clients ===
 
+/// The client of one (protocol, TLS identity).
+#[derive(Clone)]
+pub enum HttpClient {
+    /// HTTP/1.1: the proxy's own pool of hyper connections, one idle list per endpoint,
+    /// resolved when a config is compiled so a request takes a connection with one
+    /// uncontended lock and no hashing.
+    Http1(Arc<H1Client>),
+    /// HTTP/2 (h2c or TLS h2): hyper-util's client, one multiplexed connection per endpoint.
+    Http2(Arc<LegacyClient>),
+}
+
+/// HTTP/1.1 connections of one (protocol, TLS identity), by endpoint.
+pub struct H1Client {
+    connector: BackendConnector,
+    pools: Mutex<HashMap<Uri, Arc<EndpointPool>>>,
+}
+
+impl H1Client {
+    /// The idle list of `dial` (`scheme://endpoint`), created on first use; kept across
+    /// config pushes as long as this client is.
+    fn pool(self: &Arc<Self>, dial: Uri) -> Arc<EndpointPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .entry(dial.clone())
+            .or_insert_with(|| {
+                Arc::new(EndpointPool {
+                    dial,
+                    connector: self.connector.clone(),
+                    idle: Mutex::new(Vec::new()),
+                })
+            })
+            .clone()
+    }
+
+    /// Drops expired and closed idle connections, and the lists of endpoints no compiled
+    /// table refers to any more.
+    fn reap(&self) {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|_, pool| {
+            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE_TIMEOUT);
+            Arc::strong_count(pool) > 1 || !idle.is_empty()
+        });
+    }
+}
+
+async fn reap_every_interval(client: Weak<H1Client>) {
+    let mut tick = tokio::time::interval(POOL_REAP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match client.upgrade() {
+            Some(c) => c.reap(),
+            None => return,
+        }
+    }
+}
+
+/// Idle HTTP/1.1 connections to one endpoint, most recently used last.
+pub struct EndpointPool {
+    dial: Uri,
+    connector: BackendConnector,
+    idle: Mutex<Vec<IdleConn>>,
+}
+
+struct IdleConn {
+    sender: http1::SendRequest<ProxyBody>,
+    since: Instant,
+}
+
+impl EndpointPool {
+    /// The most recently used idle connection that is still open and not expired.
+    fn take(&self) -> Option<http1::SendRequest<ProxyBody>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
+                // The rest are older still.
+                idle.clear();
+                return None;
+            }
+            if !c.sender.is_closed() {
+                return Some(c.sender);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose exchange is over. One that is not ready for the next
+    /// request yet (the request body is still being sent) goes back once it is.
+    fn put(self: Arc<Self>, mut sender: http1::SendRequest<ProxyBody>) {
+        if sender.is_closed() {
+            return;
+        }
+        if sender.is_ready() {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.push(IdleConn {
+                sender,
+                since: Instant::now(),
+            });
+            return;
+        }
+        tokio::spawn(async move {
+            if sender.ready().await.is_ok() {
+                self.put(sender);
+            }
+        });
+    }
+
+    async fn connect(&self) -> Result<http1::SendRequest<ProxyBody>, SendError> {
+        let mut connector = self.connector.clone();
+        let io = tower_service::Service::call(&mut connector, self.dial.clone())
+            .await
+            .map_err(SendError::Connect)?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(SendError::Http1)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "backend connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Sends `req` (origin-form URI) on an idle connection or a new one. A request that an
+    /// idle connection could not take (the backend closed it meanwhile) is retried on the next
+    /// one, as hyper-util's client does.
+    async fn send(
+        self: Arc<Self>,
+        mut req: Request<ProxyBody>,
+    ) -> Result<Response<ProxyBody>, SendError> {
+        loop {
+            let (mut sender, reused) = match self.take() {
+                Some(s) => (s, true),
+                None => (self.connect().await?, false),
+            };
+            if !reused {
+                sender.ready().await.map_err(SendError::Http1)?;
+            }
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    let (parts, body) = resp.into_parts();
+                    // After 101 the connection belongs to the upgrade.
+                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS)
+                        .then(|| (sender, self.clone()));
+                    let body = PooledBody { inner: body, back };
+                    return Ok(Response::from_parts(parts, body.boxed_unsync()));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(r) if reused => req = r,
+                    _ => return Err(SendError::Http1(e.into_error())),
+                },
+            }
+        }
+    }
+}
+
+/// A response body that returns its connection to the pool once it has been read to the end.
+struct PooledBody {
+    inner: Incoming,
+    back: Option<(http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>,
+}
+
+impl PooledBody {
+    fn release(&mut self) {
+        if let Some((sender, pool)) = self.back.take() {
+            pool.put(sender);
+        }
+    }
+}
+
+impl Body for PooledBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => this.release(),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
+            Poll::Ready(Some(Err(_))) => this.back = None,
+            _ => {}
+        }
+        polled.map(|f| f.map(|r| r.map_err(BoxError::from)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        // Read to the end (or empty from the start): the connection can carry another
+        // request. Otherwise dropping the sender lets hyper close it.
+        if self.inner.is_end_stream() {
+            self.release();
+        }
+    }
+}
+
+/// Why a backend request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No connection could be made (HTTP/1 backends).
+    #[error(transparent)]
+    Connect(ConnectError),
+    /// The HTTP/1 exchange failed.
+    #[error(transparent)]
+    Http1(hyper::Error),
+    /// hyper-util's client failed (HTTP/2 backends).
+    #[error(transparent)]
+    Http2(hyper_util::client::legacy::Error),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ClientKey {
     protocol: BackendProtocol,
@@ -372,15 +604,30 @@ impl ClientCache {
             return Ok(client.clone());
         }
         let settings = tls.map(|t| tls_settings(t, protocol)).transpose()?;
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .http2_only(protocol == BackendProtocol::Http2)
-            .http2_adaptive_window(true)
-            .http2_keep_alive_interval(Some(Duration::from_secs(30)));
-        let client = builder.build(BackendConnector::new(settings));
+        let connector = BackendConnector::new(settings);
+        let client = match protocol {
+            BackendProtocol::Http1 => {
+                let client = Arc::new(H1Client {
+                    connector,
+                    pools: Mutex::new(HashMap::new()),
+                });
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(reap_every_interval(Arc::downgrade(&client)));
+                }
+                HttpClient::Http1(client)
+            }
+            BackendProtocol::Http2 => {
+                let mut builder = Client::builder(TokioExecutor::new());
+                builder
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .http2_only(true)
+                    .http2_adaptive_window(true)
+                    .http2_keep_alive_interval(Some(Duration::from_secs(30)));
+                HttpClient::Http2(Arc::new(builder.build(connector)))
+            }
+        };
         self.clients.insert(key, client.clone());
         Ok(client)
     }
@@ -422,11 +669,24 @@ fn tls_fingerprint(tls: &BackendTls) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// One endpoint of a backend.
+pub struct Endpoint {
+    authority: Authority,
+    /// The idle list of HTTP/1 backends.
+    pool: Option<Arc<EndpointPool>>,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.authority.fmt(f)
+    }
+}
+
 /// A backend's endpoints behind one client.
 pub struct Upstream {
     client: HttpClient,
     scheme: Scheme,
-    endpoints: Vec<Authority>,
+    endpoints: Vec<Endpoint>,
     next: AtomicUsize,
     pub protocol: BackendProtocol,
 }
@@ -434,7 +694,14 @@ pub struct Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
-            .field("endpoints", &self.endpoints)
+            .field(
+                "endpoints",
+                &self
+                    .endpoints
+                    .iter()
+                    .map(|e| &e.authority)
+                    .collect::<Vec<_>>(),
+            )
             .field("protocol", &self.protocol)
             .finish_non_exhaustive()
     }
@@ -457,7 +724,7 @@ impl Upstream {
         protocol: BackendProtocol,
         tls: Option<&BackendTls>,
     ) -> Result<Self, UpstreamError> {
-        let endpoints = endpoints
+        let authorities = endpoints
             .iter()
             .enumerate()
             .map(|(index, e)| {
@@ -469,13 +736,32 @@ impl Upstream {
             .collect::<Result<Vec<_>, _>>()?;
         let client = cache.client(protocol, tls)?;
         cache.mark(used, protocol, tls);
+        let scheme = if tls.is_some() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        let endpoints = authorities
+            .into_iter()
+            .map(|authority| {
+                let pool = match &client {
+                    HttpClient::Http1(c) => {
+                        let dial = Uri::builder()
+                            .scheme(scheme.clone())
+                            .authority(authority.clone())
+                            .path_and_query("/")
+                            .build()
+                            .expect("scheme and a parsed authority form a URI");
+                        Some(c.pool(dial))
+                    }
+                    HttpClient::Http2(_) => None,
+                };
+                Endpoint { authority, pool }
+            })
+            .collect();
         Ok(Self {
             client,
-            scheme: if tls.is_some() {
-                Scheme::HTTPS
-            } else {
-                Scheme::HTTP
-            },
+            scheme,
             endpoints,
             next: AtomicUsize::new(0),
             protocol,
@@ -483,22 +769,55 @@ impl Upstream {
     }
 
     /// The next endpoint in round-robin order.
-    pub fn next_endpoint(&self) -> &Authority {
+    pub fn next_endpoint(&self) -> &Endpoint {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len();
         &self.endpoints[i]
     }
 
-    pub fn uri(&self, endpoint: &Authority, path_and_query: &str) -> Result<Uri, http::Error> {
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(endpoint.clone())
-            .path_and_query(path_and_query)
-            .build()
+    /// The request target for `endpoint`: origin-form for HTTP/1 (the connection is chosen
+    /// here), absolute for HTTP/2 (hyper-util's client dials by it).
+    pub fn uri(
+        &self,
+        endpoint: &Endpoint,
+        path_and_query: PathAndQuery,
+    ) -> Result<Uri, http::Error> {
+        match self.client {
+            HttpClient::Http1(_) => Ok(Uri::from(path_and_query)),
+            HttpClient::Http2(_) => Uri::builder()
+                .scheme(self.scheme.clone())
+                .authority(endpoint.authority.clone())
+                .path_and_query(path_and_query)
+                .build(),
+        }
     }
 
-    pub fn client(&self) -> &HttpClient {
-        &self.client
+    /// Sends `req` (its URI from [`Upstream::uri`]) to `endpoint`. The future owns what it
+    /// needs, so it can be spawned.
+    pub fn send(
+        &self,
+        endpoint: &Endpoint,
+        req: Request<ProxyBody>,
+    ) -> impl Future<Output = Result<Response<ProxyBody>, SendError>> + Send + 'static {
+        let route = match (&self.client, &endpoint.pool) {
+            (HttpClient::Http1(_), Some(pool)) => Route::Pool(pool.clone()),
+            (HttpClient::Http2(c), _) => Route::Legacy(c.clone()),
+            (HttpClient::Http1(_), None) => unreachable!("HTTP/1 endpoints have a pool"),
+        };
+        async move {
+            match route {
+                Route::Pool(pool) => pool.send(req).await,
+                Route::Legacy(client) => match client.request(req).await {
+                    Ok(resp) => Ok(resp.map(|b| b.map_err(BoxError::from).boxed_unsync())),
+                    Err(e) => Err(SendError::Http2(e)),
+                },
+            }
+        }
     }
+}
+
+enum Route {
+    Pool(Arc<EndpointPool>),
+    Legacy(Arc<LegacyClient>),
 }
 
 /// Why an upstream could not be built.

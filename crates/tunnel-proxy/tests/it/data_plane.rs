@@ -408,3 +408,80 @@ async fn metrics_count_matched_patterns_and_unmatched_requests() {
         "raw Host must never be a label"
     );
 }
+
+/// The proxy's own HTTP/1 pool: sequential requests share one backend connection (also after
+/// a streamed request body), and a connection the backend closed is replaced without the client
+/// noticing.
+#[tokio::test]
+async fn http1_backend_connections_are_reused_and_closed_ones_replaced() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let close = req.uri().path() == "/close";
+                    let len = req.into_body().collect().await.unwrap().to_bytes().len();
+                    let mut resp = http::Response::new(Full::new(Bytes::from(len.to_string())));
+                    if close {
+                        resp.headers_mut()
+                            .insert("connection", http::HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let p = Proxy::with_config(doc(
+        1,
+        vec![http_route(
+            "ns/r",
+            &["pool.example.com"],
+            json!([{ "backends": [backend("ns/b:80", &addr.to_string())] }]),
+        )],
+    ))
+    .await;
+    let get = |path: &str, body: &'static str| {
+        Request::post(path)
+            .header("host", "pool.example.com")
+            .body(full(body))
+            .unwrap()
+    };
+    for i in 0..5 {
+        let resp = p
+            .send(get("/", if i % 2 == 0 { "" } else { "hello" }))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let len = if i % 2 == 0 { "0" } else { "5" };
+        assert_eq!(body_string(resp).await, len);
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the connection was not reused"
+    );
+    let resp = p.send(get("/close", "")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    body_string(resp).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    for _ in 0..3 {
+        let resp = p.send(get("/", "")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        body_string(resp).await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
