@@ -439,7 +439,63 @@ async fn forward(
         }
     }
     let req = builder.body(Full::new(body)).expect("valid request parts");
-    match ctx.target.send(req).await {
+    if watch {
+        return answer(ctx, ctx.target.send(req).await, path_and_query, verb, true).await;
+    }
+    // RP-12: a non-watch request and its response get 60 s end to end.
+    match tokio::time::timeout(REQUEST_DEADLINE, async {
+        answer(ctx, ctx.target.send(req).await, path_and_query, verb, false).await
+    })
+    .await
+    {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            tracing::error!(path = %path_and_query, target = ctx.target.name(), "request cut at the {REQUEST_DEADLINE:?} deadline");
+            target_unavailable(ctx, verb, "deadline")
+        }
+    }
+}
+
+/// The longest a non-watch request may take, end to end.
+pub const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The 503 every non-watch failure of the target answers (RP-14).
+fn target_unavailable(ctx: &Listener, verb: &str, reason: &'static str) -> Outcome {
+    unavailable(
+        verb,
+        reason,
+        &format!(
+            "target tenant cluster {:?} for {} is unavailable",
+            ctx.target.name(),
+            ctx.listener.group_version()
+        ),
+    )
+}
+
+/// Turns the target's answer (or failure) into the caller's.
+async fn answer(
+    ctx: &Listener,
+    result: Result<Response<Incoming>, crate::target::TargetError>,
+    path_and_query: &str,
+    verb: &str,
+    watch: bool,
+) -> Outcome {
+    match result {
+        Ok(resp) if !watch && resp.status().is_server_error() => {
+            let code = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            tracing::error!(
+                path = %path_and_query, target = ctx.target.name(), status = code.as_u16(),
+                answer = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                "the target answered with a server error"
+            );
+            target_unavailable(ctx, verb, "upstream_error")
+        }
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             parts.headers.retain_mut_hop_by_hop();
@@ -499,16 +555,9 @@ async fn forward(
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, path = %path_and_query, "the target could not be reached");
-            unavailable(
-                verb,
-                "error",
-                &format!(
-                    "target tenant cluster {:?} for {} is unavailable",
-                    ctx.target.name(),
-                    ctx.listener.group_version()
-                ),
-            )
+            let reason = e.reason();
+            tracing::error!(error = %e, reason, path = %path_and_query, "the target could not be reached");
+            target_unavailable(ctx, verb, reason)
         }
     }
 }

@@ -5,8 +5,10 @@
 //! Everything the proxy sends to a target goes through [`TargetClient::send`], so peer health
 //! (RP-10) and other peer sources (RP-9) slot in behind this one interface.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
+use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Transition};
 
 /// Why a target could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +38,9 @@ pub enum TargetError {
     #[error("target {target}: peer source {0} is not supported by this build", target = .1)]
     PeerSource(&'static str, String),
     #[error("target {target} has no peers")]
-    NoPeer { target: String },
+    NoPeers { target: String },
+    #[error("target {target}: no peer can be used ({})", .why.reason())]
+    NoPeer { target: String, why: NoPeer },
     #[error("target {target}: request to {peer} failed: {source}")]
     Request {
         target: String,
@@ -55,9 +60,8 @@ pub struct TargetClient {
 
 struct Inner {
     name: String,
-    peers: Vec<PeerAddress>,
-    next: AtomicUsize,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    peers: Arc<PeerSet>,
+    client: Client<HealthConnector, Full<Bytes>>,
     /// Headers every request carries: bearer token and impersonation.
     auth_headers: Vec<(http::HeaderName, HeaderValue)>,
 }
@@ -80,7 +84,7 @@ impl TargetClient {
             }
         };
         if peers.is_empty() {
-            return Err(TargetError::NoPeer { target: name });
+            return Err(TargetError::NoPeers { target: name });
         }
 
         let mut roots = rustls::RootCertStore::empty();
@@ -152,6 +156,12 @@ impl TargetClient {
             .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(server_name))
             .enable_http1()
             .wrap_connector(http);
+        let peers = Arc::new(PeerSet::new(peers));
+        let connector = HealthConnector {
+            inner: connector,
+            peers: peers.clone(),
+            target: name.clone().into(),
+        };
         // HTTP/1.1 to the target: one pooled connection per in-flight request, so long-running
         // watches never wait for a stream slot on a shared HTTP/2 connection.
         let client = Client::builder(TokioExecutor::new())
@@ -163,7 +173,6 @@ impl TargetClient {
             inner: Arc::new(Inner {
                 name,
                 peers,
-                next: AtomicUsize::new(0),
                 client,
                 auth_headers,
             }),
@@ -182,8 +191,14 @@ impl TargetClient {
         mut req: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, TargetError> {
         let inner = &self.inner;
-        let i = inner.next.fetch_add(1, Ordering::Relaxed) % inner.peers.len();
-        let peer = inner.peers[i].to_string();
+        let pick = inner.peers.pick().map_err(|why| {
+            tracing::warn!(target = %inner.name, reason = why.reason(), "no peer of the target can be used; failing at once");
+            TargetError::NoPeer {
+                target: inner.name.clone(),
+                why,
+            }
+        })?;
+        let peer = pick.addr.to_string();
         let path_and_query = req
             .uri()
             .path_and_query()
@@ -196,15 +211,122 @@ impl TargetClient {
         for (k, v) in &inner.auth_headers {
             headers.append(k.clone(), v.clone());
         }
-        inner
-            .client
-            .request(req)
-            .await
-            .map_err(|source| TargetError::Request {
-                target: inner.name.clone(),
-                peer,
-                source,
-            })
+        let result = inner.client.request(req).await;
+        // A half-open trial may ride on a pooled connection (no dial to observe): the request's
+        // own outcome then decides.
+        if pick.trial {
+            let outcome = if result.is_ok() {
+                DialOutcome::Connected
+            } else {
+                DialOutcome::Failed
+            };
+            log_transitions(&inner.name, inner.peers.report(&pick.addr, outcome));
+        }
+        result.map_err(|source| TargetError::Request {
+            target: inner.name.clone(),
+            peer,
+            source,
+        })
+    }
+
+    /// The peer set (health and staleness).
+    pub fn peers(&self) -> &Arc<PeerSet> {
+        &self.inner.peers
+    }
+}
+
+impl TargetError {
+    /// The one metric reason of a request that failed here.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TargetError::NoPeer { why, .. } => why.reason(),
+            TargetError::NoPeers { .. } => "no_peer",
+            TargetError::Request { source, .. }
+                if source.is_connect() && format!("{source:?}").contains(DIAL_TIMEOUT_MESSAGE) =>
+            {
+                "timeout"
+            }
+            _ => "error",
+        }
+    }
+}
+
+const DIAL_TIMEOUT_MESSAGE: &str = "dial timed out";
+
+/// The connector every target connection is dialled through: TCP and TLS within
+/// [`DIAL_TIMEOUT`], each outcome reported to the peer set.
+#[derive(Clone)]
+struct HealthConnector {
+    inner: HttpsConnector<HttpConnector>,
+    peers: Arc<PeerSet>,
+    target: Arc<str>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<Uri> for HealthConnector {
+    type Response = <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let mut inner = self.inner.clone();
+        let peers = self.peers.clone();
+        let target = self.target.clone();
+        Box::pin(async move {
+            let addr = PeerAddress {
+                host: uri
+                    .host()
+                    .unwrap_or_default()
+                    .trim_matches(['[', ']'])
+                    .to_owned(),
+                port: uri.port_u16().unwrap_or(443),
+            };
+            let result = tokio::time::timeout(DIAL_TIMEOUT, inner.call(uri)).await;
+            let (outcome, result) = match result {
+                Ok(Ok(stream)) => (DialOutcome::Connected, Ok(stream)),
+                Ok(Err(e)) => {
+                    tracing::warn!(target = %target, host = %addr, error = %e, "dial failed");
+                    (DialOutcome::Failed, Err(e))
+                }
+                Err(_) => {
+                    tracing::warn!(target = %target, host = %addr, "dial timed out after {DIAL_TIMEOUT:?}");
+                    (
+                        DialOutcome::Failed,
+                        Err(BoxError::from(format!(
+                            "{DIAL_TIMEOUT_MESSAGE} after {DIAL_TIMEOUT:?}"
+                        ))),
+                    )
+                }
+            };
+            log_transitions(&target, peers.report(&addr, outcome));
+            result
+        })
+    }
+}
+
+fn log_transitions(target: &str, transitions: Vec<Transition>) {
+    for t in transitions {
+        match t {
+            Transition::Quarantined { host, failures } => tracing::warn!(
+                target,
+                host,
+                failures,
+                "peer quarantined for {:?} after consecutive dial failures",
+                crate::peers::QUARANTINE_DURATION
+            ),
+            Transition::Recovered { host } => {
+                tracing::info!(target, host, "peer recovered: back in rotation")
+            }
+            Transition::AllQuarantined => tracing::error!(
+                target,
+                "all peers of the target are quarantined; requests fail at once with 503"
+            ),
+        }
     }
 }
 
