@@ -328,13 +328,19 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
             Ok(None) if is_apply => {
                 labels_before = LabelsBefore::Absent;
             }
-            Ok(Some(_)) | Ok(None) if owned => {
+            Ok(found) if owned => {
                 let name = info.name.as_deref().unwrap_or_default();
-                tracing::info!(resource = %info.resource, namespace = ?info.namespace, name, "masked an object this client does not own");
+                let reason = if found.is_some() {
+                    tracing::info!(resource = %info.resource, namespace = ?info.namespace, name, "masked an object this client does not own");
+                    "ownership_masked"
+                } else {
+                    tracing::debug!(resource = %info.resource, namespace = ?info.namespace, name, "no such object in the target (or not readable with the proxy's identity)");
+                    "not_found"
+                };
                 return Outcome::status(
                     Status::not_found(&info.resource, group, name),
                     &verb,
-                    "ownership_masked",
+                    reason,
                 );
             }
             Ok(_) => {}
