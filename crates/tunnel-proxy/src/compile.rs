@@ -4,7 +4,6 @@
 //! weights, status codes, durations, endpoints, certificates and keys) fails here, with the
 //! JSON path of the offending field, before anything is swapped in.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,7 +103,7 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
 pub struct RouteTable {
     pub version: u64,
     pub table: Table<Rule>,
-    hosts: HashMap<String, Arc<HostMetrics>>,
+    hosts: crate::routing::HostMap<Arc<HostMetrics>>,
 }
 
 impl RouteTable {
@@ -189,7 +188,7 @@ pub fn compile(
         listeners
     };
 
-    let mut hosts = HashMap::new();
+    let mut hosts = crate::routing::HostMap::default();
     let mut routes = Vec::with_capacity(config.routes.len());
     for (ri, route) in config.routes.iter().enumerate() {
         let at = format!("routes[{ri}]");

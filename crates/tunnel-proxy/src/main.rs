@@ -68,6 +68,12 @@ struct Args {
     log_format: LogFormat,
 }
 
+// Every request allocates a few small objects (read buffers, header maps, futures);
+// mimalloc's per-thread free lists serve them in fewer instructions than glibc's malloc.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration like 30s, 1m, 500ms"))
 }

@@ -20,11 +20,39 @@
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 
 // === hostnames ===
+
+/// FNV-1a: host-name keyed maps are looked up once or twice per request, and SipHash costs
+/// more than the rest of the lookup. Flooding is not a concern: the keys in the map come
+/// from the config, a request only looks one up.
+#[derive(Default)]
+pub struct Fnv1a(u64);
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// A map keyed by host names or hostname labels, see [`Fnv1a`].
+pub type HostMap<V> = HashMap<String, V, BuildHasherDefault<Fnv1a>>;
 
 /// A route or listener hostname.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -119,19 +147,47 @@ pub fn normalize_host(authority: &str) -> Option<std::borrow::Cow<'_, str>> {
         }
     };
     let host = host.strip_suffix('.').unwrap_or(host);
-    if host.is_empty()
-        || !host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'))
-    {
+    if host.is_empty() {
         return None;
     }
-    Some(if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    let mut upper = false;
+    for b in host.bytes() {
+        match HOST_BYTES[usize::from(b)] {
+            HOST_OK => {}
+            HOST_UPPER => upper = true,
+            _ => return None,
+        }
+    }
+    Some(if upper {
         std::borrow::Cow::Owned(host.to_ascii_lowercase())
     } else {
         std::borrow::Cow::Borrowed(host)
     })
 }
+
+const HOST_BAD: u8 = 0;
+const HOST_OK: u8 = 1;
+const HOST_UPPER: u8 = 2;
+/// Class of each byte in a routed host: letters, digits, `-`, `.`, `_`, `:` are allowed.
+const HOST_BYTES: [u8; 256] = {
+    let mut t = [HOST_BAD; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c.is_ascii_uppercase() {
+            HOST_UPPER
+        } else if c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || matches!(c, b'-' | b'.' | b'_' | b':')
+        {
+            HOST_OK
+        } else {
+            HOST_BAD
+        };
+        b += 1;
+    }
+    t
+};
 
 // === matchers ===
 
@@ -401,7 +457,7 @@ pub struct RouteMatch<'t, T> {
 #[derive(Debug)]
 pub struct Table<T> {
     listeners: Vec<HostPattern>,
-    exact: HashMap<String, (String, Bucket)>,
+    exact: HostMap<(String, Bucket)>,
     /// Sorted by suffix length, longest first.
     wildcards: Vec<(HostPattern, String, Bucket)>,
     any: Bucket,
@@ -415,7 +471,7 @@ impl<T> Table<T> {
     pub fn new(listeners: Vec<HostPattern>, routes: Vec<RouteSpec<T>>) -> Self {
         let mut table = Self {
             listeners,
-            exact: HashMap::new(),
+            exact: HostMap::default(),
             wildcards: Vec::new(),
             any: Bucket::default(),
             rules: Vec::new(),

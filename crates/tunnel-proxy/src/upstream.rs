@@ -486,7 +486,8 @@ impl EndpointPool {
         loop {
             let (mut sender, reused) = match self.take() {
                 Some(s) => (s, true),
-                None => (self.connect().await?, false),
+                // Boxed: keeps the handshake's state out of every request's future.
+                None => (Box::pin(self.connect()).await?, false),
             };
             if !reused {
                 sender.ready().await.map_err(SendError::Http1)?;
