@@ -19,7 +19,9 @@ use crate::caller_auth::Authenticator;
 use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
 use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
-use crate::metrics::{GroupVersionReasonLabels, Metrics, RequestLabels, TargetLabels, VerbLabels};
+use crate::metrics::{
+    GroupVersionReasonLabels, Metrics, ReasonLabels, RequestLabels, TargetLabels, VerbLabels,
+};
 use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
 use crate::selector::{is_owned_object, scope_query};
@@ -73,8 +75,19 @@ pub async fn handle(
     inflight.inc();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // Counts the request as `canceled` if the caller goes away before it is answered (the
+    // server then drops this future).
+    let mut guard = RequestGuard {
+        ctx: &ctx,
+        inflight,
+        method: method.clone(),
+        path: path.clone(),
+        query: req.uri().query().map(str::to_owned),
+        answered: false,
+    };
     let outcome = route(&ctx, peer_chain.as_deref().map(Vec::as_slice), req).await;
-    inflight.dec();
+    guard.answered = true;
+    drop(guard);
 
     let code = outcome.response.status().as_u16();
     ctx.metrics
@@ -98,6 +111,58 @@ pub async fn handle(
     }
     tracing::debug!(%method, %path, verb = %outcome.verb, code, reason = outcome.reason, "request");
     outcome.response
+}
+
+/// Keeps `vcluster_proxy_inflight_requests` right and counts requests whose caller left.
+struct RequestGuard<'a> {
+    ctx: &'a Listener,
+    inflight: prometheus_client::metrics::gauge::Gauge,
+    method: Method,
+    path: String,
+    query: Option<String>,
+    answered: bool,
+}
+
+impl Drop for RequestGuard<'_> {
+    fn drop(&mut self) {
+        self.inflight.dec();
+        if self.answered {
+            return;
+        }
+        let l = &self.ctx.listener;
+        let verb = match classify(
+            &l.group,
+            &l.version,
+            self.method.as_str(),
+            &self.path,
+            self.query.as_deref(),
+        ) {
+            Route::Resource(info) => info.verb.as_str().to_owned(),
+            _ => "get".to_owned(),
+        };
+        let target = self.ctx.target.name().to_owned();
+        self.ctx
+            .metrics
+            .request_terminations
+            .get_or_create(&ReasonLabels {
+                target: target.clone(),
+                reason: "canceled".into(),
+            })
+            .inc();
+        self.ctx
+            .metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                target,
+                group_version: l.group_version(),
+                verb: verb.clone(),
+                // nginx's "client closed request": no answer was sent.
+                code: 499,
+                reason: "canceled".into(),
+            })
+            .inc();
+        tracing::info!(method = %self.method, path = %self.path, verb, reason = "canceled", "the caller went away before the answer");
+    }
 }
 
 async fn route(
@@ -456,10 +521,22 @@ async fn forward(
     {
         Ok(outcome) => outcome,
         Err(_) => {
-            tracing::error!(path = %path_and_query, target = ctx.target.name(), "request cut at the {REQUEST_DEADLINE:?} deadline");
+            tracing::error!(path = %path_and_query, target = ctx.target.name(), reason = "deadline", "request cut at the {REQUEST_DEADLINE:?} deadline");
+            terminated(ctx, "deadline");
             target_unavailable(ctx, verb, "deadline")
         }
     }
+}
+
+/// Counts a request ended before its answer was complete.
+fn terminated(ctx: &Listener, reason: &str) {
+    ctx.metrics
+        .request_terminations
+        .get_or_create(&ReasonLabels {
+            target: ctx.target.name().to_owned(),
+            reason: reason.to_owned(),
+        })
+        .inc();
 }
 
 /// The longest a non-watch request may take, end to end.
@@ -516,6 +593,14 @@ async fn answer(
                 };
                 let gauge = ctx.metrics.active_watches.get_or_create(&label).clone();
                 let events = ctx.metrics.watch_events.get_or_create(&label).clone();
+                let broken = ctx
+                    .metrics
+                    .request_terminations
+                    .get_or_create(&ReasonLabels {
+                        target: ctx.target.name().to_owned(),
+                        reason: "error".into(),
+                    })
+                    .clone();
                 gauge.inc();
                 let guard = WatchGuard(gauge);
                 body.map_frame(move |f| {
@@ -524,6 +609,11 @@ async fn answer(
                         events.inc();
                     }
                     f
+                })
+                .map_err(move |e| {
+                    broken.inc();
+                    tracing::warn!(error = %e, "a watch stream from the target broke off");
+                    e
                 })
                 .boxed_unsync()
             } else if is_json(&parts.headers) {

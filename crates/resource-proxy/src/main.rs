@@ -17,14 +17,14 @@ use kube_support::admin::{Readiness, router, serve as serve_admin};
 use kube_support::telemetry::{self, LogFormat};
 use prometheus_client::registry::Registry;
 use resource_proxy::caller_auth::Authenticator;
-use resource_proxy::config::{ClusterAccess, Config, render_listeners};
+use resource_proxy::config::{ClusterAccess, Config, PeerSource, render_listeners};
 use resource_proxy::discovery::Discovery;
 use resource_proxy::handler::Listener;
 use resource_proxy::labels::OwnerLabels;
 use resource_proxy::metrics::Metrics;
 use resource_proxy::server::{self, ServingCert};
 use resource_proxy::target::TargetClient;
-use resource_proxy::{serving, wiring};
+use resource_proxy::{peer_source, serving, wiring};
 
 #[derive(Parser)]
 #[command(
@@ -107,7 +107,35 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
 
     let mut targets = BTreeMap::new();
     for (name, target) in &config.targets {
-        let tc = TargetClient::new(name, target)?;
+        let group_versions = config
+            .listeners
+            .iter()
+            .filter(|l| &l.target == name)
+            .map(|l| l.group_version())
+            .collect();
+        let tc = TargetClient::with_metrics(name, target, metrics.clone(), group_versions)?;
+        tc.refresh_peer_gauges_every(std::time::Duration::from_secs(1));
+        if let PeerSource::EndpointSlice {
+            kubeconfig,
+            namespace,
+            service,
+            port_name,
+        } = &target.peers
+        {
+            let cluster = peer_source::client_from_kubeconfig(kubeconfig)
+                .await
+                .with_context(|| format!("peer source of target {}", tc.name()))?;
+            tokio::spawn(peer_source::follow(
+                tc.clone(),
+                cluster,
+                peer_source::EndpointSliceSource {
+                    namespace: namespace.clone(),
+                    service: service.clone(),
+                    port_name: port_name.clone(),
+                },
+            ));
+            wait_for_peers(&tc).await;
+        }
         check_identity(&tc, &config.client.target_user()).await;
         targets.insert(name.clone(), tc);
     }
@@ -215,6 +243,23 @@ async fn client_cluster(access: &ClusterAccess) -> anyhow::Result<kube::Client> 
         }
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+/// Waits (at most 30 s) for the first publication of an EndpointSlice peer source. Without
+/// one the proxy still starts: requests answer 503 `no_peer` and discovery falls back until
+/// the watch publishes.
+async fn wait_for_peers(target: &TargetClient) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !target.peers().is_synced() {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                target = target.name(),
+                "the peer source has not listed the target's endpoints in 30 s; starting without peers"
+            );
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Asks the target who the proxy is there; warns loudly when it is not the client's identity.

@@ -1,5 +1,25 @@
 //! The proxy's Prometheus series (RP-15), every one labelled with the target
 //! (`<project>/<name>`), with the names operators of the original product alert on.
+//!
+//! | Series | Labels | Meaning |
+//! |---|---|---|
+//! | `vcluster_proxy_request_total` | group_version, verb, code, reason | requests answered |
+//! | `vcluster_proxy_request_duration_seconds` | verb | time to the response headers (non-watch) |
+//! | `vcluster_proxy_request_terminations_total` | reason | requests cut before their answer ended |
+//! | `vcluster_proxy_inflight_requests` | | requests being handled |
+//! | `vcluster_proxy_discovery_fallbacks_total` | group_version, reason | discovery answered locally |
+//! | `vcluster_proxy_peers` | group_version, state | peers per health state |
+//! | `vcluster_proxy_peer_cache_synced` | | 1 while the peer list mirrors its source |
+//! | `vcluster_proxy_peer_list_age_seconds` | | how long the peer list has gone unconfirmed |
+//! | `vcluster_proxy_peer_quarantines_total` | | hosts put into quarantine |
+//! | `vcluster_proxy_target_all_peers_quarantined_total` | | times no host was left |
+//! | `vcluster_proxy_peer_recoveries_total` | | quarantined hosts back in rotation |
+//! | `vcluster_proxy_peer_dial_failures_total` | reason | failed dials (`timeout`, `error`) |
+//! | `vcluster_proxy_peer_dial_duration_seconds` | | dial (TCP + TLS) durations |
+//! | `vcluster_proxy_active_watches` | | watch streams open |
+//! | `vcluster_proxy_watch_events_total` | | watch events passed to callers |
+
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -29,38 +49,86 @@ pub struct TargetLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub target: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupVersionReasonLabels {
     pub target: String,
     pub group_version: String,
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerStateLabels {
+    pub target: String,
+    pub group_version: String,
+    pub state: String,
+}
+
+/// A gauge of seconds.
+pub type SecondsGauge = Gauge<f64, AtomicU64>;
+
 /// Every series of the proxy.
 #[derive(Clone)]
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_duration: Family<VerbLabels, Histogram>,
+    pub request_terminations: Family<ReasonLabels, Counter>,
     pub inflight: Family<TargetLabels, Gauge>,
     pub active_watches: Family<TargetLabels, Gauge>,
     pub watch_events: Family<TargetLabels, Counter>,
     pub discovery_fallbacks: Family<GroupVersionReasonLabels, Counter>,
     pub unlabelled_writes: Family<GroupVersionReasonLabels, Counter>,
+    pub peers: Family<PeerStateLabels, Gauge>,
+    pub peer_cache_synced: Family<TargetLabels, Gauge>,
+    pub peer_list_age: Family<TargetLabels, SecondsGauge>,
+    pub peer_quarantines: Family<TargetLabels, Counter>,
+    pub all_peers_quarantined: Family<TargetLabels, Counter>,
+    pub peer_recoveries: Family<TargetLabels, Counter>,
+    pub peer_dial_failures: Family<ReasonLabels, Counter>,
+    pub peer_dial_duration: Family<TargetLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
-    /// Creates the series and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self {
+    /// The series, not registered anywhere (tests, or before a registry exists).
+    pub fn new() -> Self {
+        Self {
             requests: Family::default(),
             request_duration: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
+            request_terminations: Family::default(),
             inflight: Family::default(),
             active_watches: Family::default(),
             watch_events: Family::default(),
             discovery_fallbacks: Family::default(),
             unlabelled_writes: Family::default(),
-        };
+            peers: Family::default(),
+            peer_cache_synced: Family::default(),
+            peer_list_age: Family::default(),
+            peer_quarantines: Family::default(),
+            all_peers_quarantined: Family::default(),
+            peer_recoveries: Family::default(),
+            peer_dial_failures: Family::default(),
+            peer_dial_duration: Family::new_with_constructor(|| {
+                // 1 ms .. ~8 s: the dial timeout (5 s) falls in the last buckets.
+                Histogram::new(exponential_buckets(0.001, 2.0, 14))
+            }),
+        }
+    }
+
+    /// Creates the series and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::new();
         registry.register(
             "vcluster_proxy_request",
             "Requests answered, by group/version, verb, HTTP code and reason (upstream = the target's answer)",
@@ -70,6 +138,11 @@ impl Metrics {
             "vcluster_proxy_request_duration_seconds",
             "Time to the response headers of non-watch requests",
             m.request_duration.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_request_terminations",
+            "Requests ended before their answer was complete: deadline (cut by the proxy at 60 s), canceled (the caller went away), error (a watch stream broke off)",
+            m.request_terminations.clone(),
         );
         registry.register(
             "vcluster_proxy_inflight_requests",
@@ -95,6 +168,46 @@ impl Metrics {
             "vcluster_proxy_unlabelled_writes",
             "Write bodies forwarded without owner labels because they could not be rewritten",
             m.unlabelled_writes.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peers",
+            "Peers (API servers) of the target per health state: healthy, quarantined, half_open",
+            m.peers.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_cache_synced",
+            "1 while the peer list mirrors its source (static lists: always; EndpointSlice watches: synced and up)",
+            m.peer_cache_synced.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_list_age_seconds",
+            "How long the peer list has gone unconfirmed: 0 while its watch is up, else seconds since it dropped (distrusted past 60)",
+            m.peer_list_age.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_quarantines",
+            "Hosts quarantined after consecutive dial failures (or a failed trial dial)",
+            m.peer_quarantines.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_target_all_peers_quarantined",
+            "Times every peer of the target became unselectable",
+            m.all_peers_quarantined.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_recoveries",
+            "Quarantined hosts returned to rotation by a successful trial dial",
+            m.peer_recoveries.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_dial_failures",
+            "Failed dials (TCP + TLS) to peers: timeout (5 s) or error",
+            m.peer_dial_failures.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_peer_dial_duration_seconds",
+            "Duration of dials (TCP + TLS) to peers, failed ones included",
+            m.peer_dial_duration.clone(),
         );
         m
     }

@@ -120,6 +120,9 @@ struct State {
     /// When the peer watch went down (None while it is up, or for static lists).
     watch_down_since: Option<Instant>,
     all_quarantined_reported: bool,
+    /// The list mirrors its source (static lists always; a watch once it published and while
+    /// it is up).
+    synced: bool,
 }
 
 /// The peers of one target and their health.
@@ -136,9 +139,29 @@ impl PeerSet {
                 hosts: peers.into_iter().map(HostState::new).collect(),
                 watch_down_since: None,
                 all_quarantined_reported: false,
+                synced: true,
             }),
             next: AtomicUsize::new(0),
         }
+    }
+
+    /// An empty set waiting for the first publication of a watch (requests fail with
+    /// `no_peer` until then).
+    pub fn awaiting_publication() -> Self {
+        let set = Self::new(Vec::new());
+        set.state.lock().expect("peer lock").synced = false;
+        set
+    }
+
+    /// Whether the list mirrors its source.
+    pub fn is_synced(&self) -> bool {
+        self.state.lock().expect("peer lock").synced
+    }
+
+    /// The hosts, in rotation order.
+    pub fn hosts(&self) -> Vec<PeerAddress> {
+        let s = self.state.lock().expect("peer lock");
+        s.hosts.iter().map(|h| h.addr.clone()).collect()
     }
 
     /// Replaces the list (a fresh publication): known hosts keep their health; the staleness
@@ -156,6 +179,7 @@ impl PeerSet {
             })
             .collect();
         s.watch_down_since = None;
+        s.synced = true;
     }
 
     /// The peer watch dropped: start the staleness clock (if not running).
@@ -164,6 +188,7 @@ impl PeerSet {
         if s.watch_down_since.is_none() {
             s.watch_down_since = Some(Instant::now());
         }
+        s.synced = false;
     }
 
     /// Seconds since the watch dropped, if it is down.

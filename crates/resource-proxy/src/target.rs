@@ -2,8 +2,9 @@
 //! credential that maps to the client's identity there, and the choice of a peer (round-robin
 //! over the configured peers).
 //!
-//! Everything the proxy sends to a target goes through [`TargetClient::send`], so peer health
-//! (RP-10) and other peer sources (RP-9) slot in behind this one interface.
+//! Everything the proxy sends to a target goes through [`TargetClient::send`]: peer choice and
+//! health (RP-10) live behind it; an EndpointSlice peer source ([`crate::peer_source`])
+//! publishes into its peer set.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
+use crate::metrics::{Metrics, PeerStateLabels, ReasonLabels, TargetLabels};
 use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Transition};
 
 /// Why a target could not be used.
@@ -35,8 +37,6 @@ pub enum TargetError {
         path: String,
         message: String,
     },
-    #[error("target {target}: peer source {0} is not supported by this build", target = .1)]
-    PeerSource(&'static str, String),
     #[error("target {target} has no peers")]
     NoPeers { target: String },
     #[error("target {target}: no peer can be used ({})", .why.reason())]
@@ -61,14 +61,30 @@ pub struct TargetClient {
 struct Inner {
     name: String,
     peers: Arc<PeerSet>,
+    observer: Arc<Observer>,
     client: Client<HealthConnector, Full<Bytes>>,
     /// Headers every request carries: bearer token and impersonation.
     auth_headers: Vec<(http::HeaderName, HeaderValue)>,
 }
 
 impl TargetClient {
-    /// Builds the client of `target` from its configuration (reads CA, certificate and token files).
+    /// Builds the client of `target` from its configuration (reads CA, certificate and token
+    /// files), with metrics that are not registered anywhere.
     pub fn new(target_ref: &TargetRef, target: &Target) -> Result<Self, TargetError> {
+        Self::with_metrics(target_ref, target, Metrics::new(), Vec::new())
+    }
+
+    /// Builds the client of `target`, reporting peer health to `metrics`; `group_versions` are
+    /// the listeners proxying to it (labels of `vcluster_proxy_peers`).
+    ///
+    /// With an EndpointSlice peer source the peer set starts empty (requests fail with
+    /// `no_peer`) until [`crate::peer_source::follow`] publishes the first list.
+    pub fn with_metrics(
+        target_ref: &TargetRef,
+        target: &Target,
+        metrics: Metrics,
+        group_versions: Vec<String>,
+    ) -> Result<Self, TargetError> {
         let name = format!("{}/{}", target_ref.project, target_ref.name);
         let err =
             |what: &'static str, path: &std::path::Path, message: String| TargetError::Credential {
@@ -78,14 +94,12 @@ impl TargetClient {
                 message,
             };
         let peers = match &target.peers {
-            PeerSource::Static(peers) => peers.clone(),
-            PeerSource::EndpointSlice { .. } => {
-                return Err(TargetError::PeerSource("endpointSlice", name));
+            PeerSource::Static(peers) if peers.is_empty() => {
+                return Err(TargetError::NoPeers { target: name });
             }
+            PeerSource::Static(peers) => PeerSet::new(peers.clone()),
+            PeerSource::EndpointSlice { .. } => PeerSet::awaiting_publication(),
         };
-        if peers.is_empty() {
-            return Err(TargetError::NoPeers { target: name });
-        }
 
         let mut roots = rustls::RootCertStore::empty();
         let ca_certs = CertificateDer::pem_file_iter(&target.ca_file)
@@ -156,11 +170,17 @@ impl TargetClient {
             .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(server_name))
             .enable_http1()
             .wrap_connector(http);
-        let peers = Arc::new(PeerSet::new(peers));
+        let peers = Arc::new(peers);
+        let observer = Arc::new(Observer {
+            target: name.clone(),
+            metrics,
+            group_versions,
+            peers: peers.clone(),
+        });
+        observer.refresh();
         let connector = HealthConnector {
             inner: connector,
-            peers: peers.clone(),
-            target: name.clone().into(),
+            observer: observer.clone(),
         };
         // HTTP/1.1 to the target: one pooled connection per in-flight request, so long-running
         // watches never wait for a stream slot on a shared HTTP/2 connection.
@@ -173,6 +193,7 @@ impl TargetClient {
             inner: Arc::new(Inner {
                 name,
                 peers,
+                observer,
                 client,
                 auth_headers,
             }),
@@ -220,7 +241,9 @@ impl TargetClient {
             } else {
                 DialOutcome::Failed
             };
-            log_transitions(&inner.name, inner.peers.report(&pick.addr, outcome));
+            inner
+                .observer
+                .transitions(inner.peers.report(&pick.addr, outcome));
         }
         result.map_err(|source| TargetError::Request {
             target: inner.name.clone(),
@@ -232,6 +255,117 @@ impl TargetClient {
     /// The peer set (health and staleness).
     pub fn peers(&self) -> &Arc<PeerSet> {
         &self.inner.peers
+    }
+
+    /// Sets the peer gauges (`vcluster_proxy_peers`, `…_peer_cache_synced`,
+    /// `…_peer_list_age_seconds`) from the peer set. Called on every health change and
+    /// publication; [`TargetClient::refresh_peer_gauges_every`] covers changes made by time
+    /// alone (a quarantine ending, the list ageing).
+    pub fn refresh_peer_gauges(&self) {
+        self.inner.observer.refresh();
+    }
+
+    /// Refreshes the peer gauges every `period` for as long as the client lives.
+    pub fn refresh_peer_gauges_every(&self, period: Duration) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.observer.refresh();
+            }
+        })
+    }
+
+    /// The metrics this client reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.observer.metrics
+    }
+}
+
+/// Turns peer health events into log lines and metrics.
+struct Observer {
+    target: String,
+    metrics: Metrics,
+    group_versions: Vec<String>,
+    peers: Arc<PeerSet>,
+}
+
+impl Observer {
+    fn label(&self) -> TargetLabels {
+        TargetLabels {
+            target: self.target.clone(),
+        }
+    }
+
+    fn transitions(&self, transitions: Vec<Transition>) {
+        if transitions.is_empty() {
+            return;
+        }
+        let label = self.label();
+        for t in &transitions {
+            match t {
+                Transition::Quarantined { .. } => {
+                    self.metrics.peer_quarantines.get_or_create(&label).inc();
+                }
+                Transition::Recovered { .. } => {
+                    self.metrics.peer_recoveries.get_or_create(&label).inc();
+                }
+                Transition::AllQuarantined => {
+                    self.metrics
+                        .all_peers_quarantined
+                        .get_or_create(&label)
+                        .inc();
+                }
+            }
+        }
+        log_transitions(&self.target, transitions);
+        self.refresh();
+    }
+
+    fn dial(&self, elapsed: Duration, failure: Option<&'static str>) {
+        self.metrics
+            .peer_dial_duration
+            .get_or_create(&self.label())
+            .observe(elapsed.as_secs_f64());
+        if let Some(reason) = failure {
+            self.metrics
+                .peer_dial_failures
+                .get_or_create(&ReasonLabels {
+                    target: self.target.clone(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    fn refresh(&self) {
+        let census = self.peers.census();
+        for gv in &self.group_versions {
+            for (health, count) in census {
+                self.metrics
+                    .peers
+                    .get_or_create(&PeerStateLabels {
+                        target: self.target.clone(),
+                        group_version: gv.clone(),
+                        state: health.as_str().to_owned(),
+                    })
+                    .set(count as i64);
+            }
+        }
+        let label = self.label();
+        self.metrics
+            .peer_cache_synced
+            .get_or_create(&label)
+            .set(i64::from(self.peers.is_synced()));
+        self.metrics.peer_list_age.get_or_create(&label).set(
+            self.peers
+                .watch_down_for()
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
     }
 }
 
@@ -258,8 +392,7 @@ const DIAL_TIMEOUT_MESSAGE: &str = "dial timed out";
 #[derive(Clone)]
 struct HealthConnector {
     inner: HttpsConnector<HttpConnector>,
-    peers: Arc<PeerSet>,
-    target: Arc<str>,
+    observer: Arc<Observer>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -275,9 +408,9 @@ impl tower::Service<Uri> for HealthConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let mut inner = self.inner.clone();
-        let peers = self.peers.clone();
-        let target = self.target.clone();
+        let observer = self.observer.clone();
         Box::pin(async move {
+            let target = &observer.target;
             let addr = PeerAddress {
                 host: uri
                     .host()
@@ -286,24 +419,27 @@ impl tower::Service<Uri> for HealthConnector {
                     .to_owned(),
                 port: uri.port_u16().unwrap_or(443),
             };
+            let started = tokio::time::Instant::now();
             let result = tokio::time::timeout(DIAL_TIMEOUT, inner.call(uri)).await;
-            let (outcome, result) = match result {
-                Ok(Ok(stream)) => (DialOutcome::Connected, Ok(stream)),
+            let (outcome, failure, result) = match result {
+                Ok(Ok(stream)) => (DialOutcome::Connected, None, Ok(stream)),
                 Ok(Err(e)) => {
                     tracing::warn!(target = %target, host = %addr, error = %e, "dial failed");
-                    (DialOutcome::Failed, Err(e))
+                    (DialOutcome::Failed, Some("error"), Err(e))
                 }
                 Err(_) => {
                     tracing::warn!(target = %target, host = %addr, "dial timed out after {DIAL_TIMEOUT:?}");
                     (
                         DialOutcome::Failed,
+                        Some("timeout"),
                         Err(BoxError::from(format!(
                             "{DIAL_TIMEOUT_MESSAGE} after {DIAL_TIMEOUT:?}"
                         ))),
                     )
                 }
             };
-            log_transitions(&target, peers.report(&addr, outcome));
+            observer.dial(started.elapsed(), failure);
+            observer.transitions(observer.peers.report(&addr, outcome));
             result
         })
     }
