@@ -74,6 +74,29 @@ impl ControlPlaneBuilder {
     }
 }
 
+/// Where tests keep control-plane state.
+fn tests_root() -> PathBuf {
+    std::env::temp_dir().join("kube-tenancy-tests")
+}
+
+/// Removes the state of shared control planes whose test binary has exited.
+fn prune_dead_shared_state() {
+    let Ok(entries) = std::fs::read_dir(tests_root()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("shared-")
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 enum StateDir {
     Kept(PathBuf),
     Temporary(tempfile::TempDir),
@@ -81,7 +104,7 @@ enum StateDir {
 
 impl StateDir {
     fn temporary() -> Result<Self, Error> {
-        let root = std::env::temp_dir().join("kube-tenancy-tests");
+        let root = tests_root();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         tempfile::Builder::new()
             .prefix("cp-")
@@ -199,7 +222,14 @@ pub fn shared(spec: fn() -> ControlPlaneBuilder) -> &'static ControlPlane {
                 .enable_all()
                 .build()
                 .expect("runtime")
-                .block_on(spec().start())
+                .block_on(async {
+                    // A shared control plane is never dropped (its processes die with the test
+                    // binary), so its state directory is named after the process and removed by
+                    // a later run once that process is gone.
+                    prune_dead_shared_state();
+                    let dir = tests_root().join(format!("shared-{}", std::process::id()));
+                    spec().state_dir(dir).start().await
+                })
         })
         .join()
         .expect("control-plane start thread")

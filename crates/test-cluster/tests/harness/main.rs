@@ -222,7 +222,7 @@ spec:
         .unwrap();
         let a = api.get("a").await.unwrap();
         assert_eq!(a.data["spec"]["size"], 10);
-        eventually("b to be gone", Duration::from_secs(10), || async {
+        eventually("b to be gone", Duration::from_secs(30), || async {
             api.get_opt("b").await.unwrap().is_none().then_some(())
         })
         .await;
@@ -338,7 +338,7 @@ spec:
         let on_second = Api::<ConfigMap>::namespaced(second.clone(), &ns);
         eventually(
             "the peer to serve the object",
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             || async { on_second.get_opt("written-on-0").await.unwrap().map(|_| ()) },
         )
         .await;
