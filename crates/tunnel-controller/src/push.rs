@@ -1,0 +1,186 @@
+//! Config push to a partition's proxies (TG-4, TG-10): the compiled route table goes to every
+//! pod behind the partition's headless config Service, authenticated with that partition's
+//! token and no other. The pusher only moves documents; which endpoints and which token belong to
+//! a partition is the caller's decision.
+//!
+//! - Versions come from [`VersionClock`]: seeded from wall-clock milliseconds, one step per new
+//!   document. A proxy that holds a newer version (a previous controller instance whose clock ran
+//!   ahead) answers 409 with `loadedVersion`; the clock jumps past it and the document is pushed
+//!   again once.
+//! - [`PushHealth`] turns rounds into the route condition: a sustained run of failed rounds
+//!   ([`FAILED_ROUNDS_BEFORE_CONDITION`]) sets `ProxyConfigPushed=False`; the first fully
+//!   successful round clears it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tunnel_proxy::config::Config;
+
+/// Per-request timeout of a push.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Consecutive failed rounds before routes show `ProxyConfigPushed=False`.
+pub const FAILED_ROUNDS_BEFORE_CONDITION: u32 = 3;
+
+/// What one proxy said to a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// Loaded (this version or an equal one).
+    Loaded,
+    /// The token was refused (401): the proxy belongs to another partition, or the token rotated.
+    Unauthorized,
+    /// The document was refused (400, 413, 415): a controller bug; the proxy keeps its config.
+    Rejected { status: u16, message: String },
+    /// Still older than what the proxy holds after a re-push.
+    Stale { loaded: u64 },
+    /// No answer: connection refused, timeout, 5xx.
+    Failed(String),
+}
+
+impl PushOutcome {
+    pub fn is_loaded(&self) -> bool {
+        matches!(self, PushOutcome::Loaded)
+    }
+}
+
+/// Monotonic document versions, seeded from wall-clock milliseconds.
+#[derive(Debug)]
+pub struct VersionClock(AtomicU64);
+
+impl Default for VersionClock {
+    fn default() -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1);
+        Self(AtomicU64::new(now))
+    }
+}
+
+impl VersionClock {
+    /// The version for a new document.
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Makes every later version larger than `seen`.
+    pub fn observe(&self, seen: u64) {
+        self.0.fetch_max(seen, Ordering::SeqCst);
+    }
+}
+
+/// Pushes documents over the proxies' config API.
+#[derive(Clone)]
+pub struct Pusher {
+    http: reqwest::Client,
+}
+
+impl Pusher {
+    /// A pusher (the process's rustls provider must be installed first).
+    pub fn new() -> Result<Self, reqwest::Error> {
+        Ok(Self {
+            http: reqwest::Client::builder().timeout(PUSH_TIMEOUT).build()?,
+        })
+    }
+
+    /// Pushes `doc` to every endpoint at once with `token`; on a 409 from a proxy holding a newer
+    /// version, moves `clock` past it and pushes that proxy once more with a new version.
+    pub async fn push(
+        &self,
+        endpoints: &[SocketAddr],
+        token: &str,
+        doc: &Config,
+        clock: &VersionClock,
+    ) -> Vec<(SocketAddr, PushOutcome)> {
+        let pushes = endpoints.iter().map(|ep| async move {
+            let outcome = match self.put(*ep, token, doc).await {
+                PushOutcome::Stale { loaded } => {
+                    clock.observe(loaded);
+                    let mut again = doc.clone();
+                    again.version = clock.next();
+                    tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
+                    self.put(*ep, token, &again).await
+                }
+                other => other,
+            };
+            if !outcome.is_loaded() {
+                tracing::warn!(endpoint = %ep, ?outcome, "config push failed");
+            }
+            (*ep, outcome)
+        });
+        futures::future::join_all(pushes).await
+    }
+
+    async fn put(&self, ep: SocketAddr, token: &str, doc: &Config) -> PushOutcome {
+        let resp = self
+            .http
+            .put(format!("http://{ep}/config"))
+            .bearer_auth(token)
+            .json(doc)
+            .send()
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => return PushOutcome::Failed(e.to_string()),
+        };
+        let status = resp.status().as_u16();
+        let body: serde_json::Value = resp.json().await.unwrap_or_default();
+        match status {
+            200..=299 => PushOutcome::Loaded,
+            401 => PushOutcome::Unauthorized,
+            409 => PushOutcome::Stale {
+                loaded: body["loadedVersion"].as_u64().unwrap_or_default(),
+            },
+            400..=499 => PushOutcome::Rejected {
+                status,
+                message: body["error"].as_str().unwrap_or_default().to_owned(),
+            },
+            _ => PushOutcome::Failed(format!("answered {status}")),
+        }
+    }
+}
+
+/// Whether a partition's routes should show `ProxyConfigPushed=False`.
+#[derive(Debug, Default)]
+pub struct PushHealth {
+    failed_rounds: u32,
+}
+
+/// How a round changed the condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionChange {
+    None,
+    /// Set `ProxyConfigPushed=False` and emit a `ProxyConfigPushFailed` Warning Event.
+    Failing,
+    /// Clear it.
+    Recovered,
+}
+
+impl PushHealth {
+    /// Records a round (every endpoint's outcome); an empty round (no pods yet) is neutral.
+    pub fn record(&mut self, outcomes: &[(SocketAddr, PushOutcome)]) -> ConditionChange {
+        if outcomes.is_empty() {
+            return ConditionChange::None;
+        }
+        if outcomes.iter().all(|(_, o)| o.is_loaded()) {
+            let was_failing = self.is_failing();
+            self.failed_rounds = 0;
+            return if was_failing {
+                ConditionChange::Recovered
+            } else {
+                ConditionChange::None
+            };
+        }
+        self.failed_rounds += 1;
+        if self.failed_rounds == FAILED_ROUNDS_BEFORE_CONDITION {
+            ConditionChange::Failing
+        } else {
+            ConditionChange::None
+        }
+    }
+
+    /// Whether the condition is set now.
+    pub fn is_failing(&self) -> bool {
+        self.failed_rounds >= FAILED_ROUNDS_BEFORE_CONDITION
+    }
+}
