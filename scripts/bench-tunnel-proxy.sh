@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # TG-15 benchmark: tunnel-proxy beside nginx (same route, upstream keep-alive) and direct to
 # the backend, on loopback. Proxy and nginx are pinned to CPU 0; wrk and the backend to CPU 1
-# (the machine has 2 cores). Each run is DURATION seconds (default 5).
+# (the machine has 2 cores). Each run is DURATION seconds (default 5); every cell is run
+# REPEAT times (default 3), proxy, nginx and direct interleaved, and the median of each
+# figure is printed (a shared machine drifts; interleaving spreads the drift over all three).
 #
 #   scripts/bench-tunnel-proxy.sh            # full table
-#   DURATION=3 scripts/bench-tunnel-proxy.sh
+#   DURATION=3 REPEAT=1 scripts/bench-tunnel-proxy.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DURATION="${DURATION:-5}"
+REPEAT="${REPEAT:-3}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-tunnel-proxy}"
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
@@ -115,6 +118,10 @@ run() { # target port conns path -> "rps p50 p99"
   echo "$rps $p50 $p99"
 }
 
+median() { # numbers -> their median
+  printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
+
 # warm-up (pools, page cache)
 for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT; do
   taskset -c "$LOAD_CPU" wrk -t1 -c8 -d1s -H "Host: $HOST" "http://127.0.0.1:$port/empty" >/dev/null
@@ -124,13 +131,26 @@ printf "%-6s %-6s | %10s %8s %8s | %10s %8s %8s | %10s %8s %8s | %9s %9s\n" \
   body conns "proxy r/s" p50ms p99ms "nginx r/s" p50ms p99ms "direct r/s" p50ms p99ms "rps p/n" "p99 p/n"
 for path in empty 1m; do
   for conns in 1 64; do
-    read -r prps pp50 pp99 <<<"$(run proxy $PROXY_PORT "$conns" "$path")"
-    read -r nrps np50 np99 <<<"$(run nginx $NGINX_PORT "$conns" "$path")"
-    read -r drps dp50 dp99 <<<"$(run direct $BACKEND_PORT "$conns" "$path")"
+    declare -A s=()
+    for ((r = 0; r < REPEAT; r++)); do
+      for t in proxy:$PROXY_PORT nginx:$NGINX_PORT direct:$BACKEND_PORT; do
+        read -r rps p50 p99 <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
+        s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 "
+      done
+    done
+    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}" >&2
+    for k in "${!s[@]}"; do
+      # shellcheck disable=SC2086 # word splitting intended: the samples
+      s[$k]="$(median ${s[$k]})"
+    done
+    prps=${s[proxyrps]} pp50=${s[proxyp50]} pp99=${s[proxyp99]}
+    nrps=${s[nginxrps]} np50=${s[nginxp50]} np99=${s[nginxp99]}
+    drps=${s[directrps]} dp50=${s[directp50]} dp99=${s[directp99]}
+    unset s
     printf "%-6s %-6s | %10.0f %8s %8s | %10.0f %8s %8s | %10.0f %8s %8s | %9.2f %9.2f\n" \
       "$path" "$conns" "$prps" "$pp50" "$pp99" "$nrps" "$np50" "$np99" "$drps" "$dp50" "$dp99" \
       "$(awk -v a="$prps" -v b="$nrps" 'BEGIN {print a / b}')" \
       "$(awk -v a="$pp99" -v b="$np99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
   done
 done
-echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; ${DURATION}s per run; rps p/n > 1 and p99 p/n < 1 favour the proxy"
+echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; ${DURATION}s per run, median of $REPEAT interleaved runs; rps p/n > 1 and p99 p/n < 1 favour the proxy"
