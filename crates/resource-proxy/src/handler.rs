@@ -475,6 +475,20 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
         forward_content_type = Some("application/json".into());
     }
 
+    // A create carries a fresh create id, so an ambiguous failure can be resolved by looking
+    // for it (see [`forward_create`]).
+    let create_id = if info.verb == Verb::Create
+        && !info.dry_run
+        && forward_content_type.as_deref() == Some("application/json")
+    {
+        with_create_id(&body).map(|(b, id)| {
+            body = b;
+            id
+        })
+    } else {
+        None
+    };
+
     let path = match &query {
         Some(q) if !q.is_empty() => format!("{}?{q}", info.forward_path()),
         _ => info.forward_path(),
@@ -487,7 +501,194 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
         );
     }
     let watch = info.verb == Verb::Watch;
+    if let Some(id) = create_id {
+        let collection = info.forward_path();
+        let req = target_request(parts.method, &path, &headers, body);
+        return forward_create(ctx, req, &path, &collection, &id, &verb).await;
+    }
     forward(ctx, parts.method, &path, &headers, body, &verb, watch).await
+}
+
+/// The label a create carries so that its outcome can be looked up after an ambiguous failure.
+pub const CREATE_ID_LABEL: &str = "resource-proxy.vcluster.loft.sh/create-id";
+/// Time kept from a create's 60 s for looking it up after an ambiguous failure.
+pub const CREATE_LOOKUP_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Adds a fresh [`CREATE_ID_LABEL`] to a JSON object body; `None` if it is not one.
+fn with_create_id(body: &[u8]) -> Option<(Bytes, String)> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    let metadata = v.get_mut("metadata")?.as_object_mut()?;
+    let labels = metadata
+        .entry("labels")
+        .or_insert_with(|| serde_json::json!({}));
+    let id = new_create_id();
+    labels
+        .as_object_mut()?
+        .insert(CREATE_ID_LABEL.into(), id.clone().into());
+    Some((Bytes::from(v.to_string()), id))
+}
+
+/// A unique label value (20 hex digits from the time, the process and a counter).
+fn new_create_id() -> String {
+    use sha2::Digest;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = sha2::Sha256::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.update(now.as_nanos().to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    h.finalize()[..10]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Forwards a create (RP-14, retried POSTs). client-go retries a 5xx that carries Retry-After
+/// with the same body, so the answer to an ambiguous failure (the request was sent, but the
+/// deadline passed, the connection broke, or the target answered 5xx) must not invite a
+/// duplicate nor hide a write: the proxy looks the object up by its create id; found, the
+/// caller gets 201 with it; not found, 503 (the create did not happen, a retry is safe).
+async fn forward_create(
+    ctx: &Listener,
+    req: Request<Full<Bytes>>,
+    path: &str,
+    collection: &str,
+    id: &str,
+    verb: &str,
+) -> Outcome {
+    let attempt = tokio::time::timeout(REQUEST_DEADLINE - CREATE_LOOKUP_BUDGET, async {
+        match ctx.target.send(req).await {
+            Ok(resp) if resp.status().is_server_error() => {
+                let code = resp.status();
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                tracing::error!(
+                    path, target = ctx.target.name(), status = code.as_u16(),
+                    answer = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                    "the target answered a create with a server error"
+                );
+                Err("upstream_error")
+            }
+            Err(e) if e.may_have_been_sent() => {
+                tracing::error!(error = %e, path, "a create broke off after it was sent");
+                Err(e.reason())
+            }
+            result => Ok(answer(ctx, result, path, verb, false).await),
+        }
+    })
+    .await;
+    let reason = match attempt {
+        Ok(Ok(outcome)) => return outcome,
+        Ok(Err(reason)) => reason,
+        Err(_) => {
+            tracing::error!(
+                path,
+                target = ctx.target.name(),
+                "create cut at the deadline"
+            );
+            terminated(ctx, "deadline");
+            "deadline"
+        }
+    };
+    match tokio::time::timeout(CREATE_LOOKUP_BUDGET, find_created(ctx, collection, id)).await {
+        Ok(Ok(Some(object))) => {
+            tracing::info!(
+                path,
+                create_id = id,
+                failure = reason,
+                "the create reached the target despite the failure; answering 201 with the object"
+            );
+            Outcome {
+                response: bytes_response(StatusCode::CREATED, "application/json", object),
+                verb: verb.to_owned(),
+                reason: "create_confirmed",
+            }
+        }
+        Ok(Ok(None)) => {
+            tracing::warn!(
+                path,
+                create_id = id,
+                reason,
+                "the create did not happen; answering 503 (a retry cannot duplicate it)"
+            );
+            target_unavailable(ctx, verb, reason)
+        }
+        Ok(Err(e)) => {
+            tracing::error!(path, create_id = id, reason, error = %e, "could not tell whether the create happened; answering 503");
+            target_unavailable(ctx, verb, reason)
+        }
+        Err(_) => {
+            tracing::error!(
+                path,
+                create_id = id,
+                reason,
+                "looking up the create timed out; answering 503"
+            );
+            target_unavailable(ctx, verb, reason)
+        }
+    }
+}
+
+/// The object created with `id` in `collection`, as the body of a 201 (owner references
+/// restored), if it exists.
+async fn find_created(ctx: &Listener, collection: &str, id: &str) -> Result<Option<Bytes>, String> {
+    let selector: String =
+        form_urlencoded::byte_serialize(format!("{CREATE_ID_LABEL}={id}").as_bytes()).collect();
+    let req = Request::get(format!("{collection}?labelSelector={selector}"))
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::new()))
+        .expect("valid request");
+    let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!("the target answered {status}"));
+    }
+    let list: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let Some(mut item) = list["items"].as_array().and_then(|i| i.first()).cloned() else {
+        return Ok(None);
+    };
+    if item.get("kind").is_none()
+        && let Some(kind) = list["kind"].as_str().and_then(|k| k.strip_suffix("List"))
+    {
+        item["kind"] = kind.into();
+        item["apiVersion"] = list["apiVersion"].clone();
+    }
+    let bytes = serde_json::to_vec(&item).map_err(|e| e.to_string())?;
+    Ok(Some(Bytes::from(
+        owner_refs::restore_body(&bytes).unwrap_or(bytes),
+    )))
+}
+
+/// The request to send to the target: the caller's method, path and forwardable headers (JSON
+/// answers only), and `body`.
+fn target_request(
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder().method(method).uri(path_and_query);
+    for (name, value) in headers {
+        if name == header::ACCEPT {
+            builder = builder.header(name, json_only_accept(value));
+        } else if forwardable(name) {
+            builder = builder.header(name, value);
+        }
+    }
+    builder.body(Full::new(body)).expect("valid request parts")
 }
 
 /// Sends a request to the target and streams its answer back.
@@ -501,15 +702,7 @@ async fn forward(
     verb: &str,
     watch: bool,
 ) -> Outcome {
-    let mut builder = Request::builder().method(method).uri(path_and_query);
-    for (name, value) in headers {
-        if name == header::ACCEPT {
-            builder = builder.header(name, json_only_accept(value));
-        } else if forwardable(name) {
-            builder = builder.header(name, value);
-        }
-    }
-    let req = builder.body(Full::new(body)).expect("valid request parts");
+    let req = target_request(method, path_and_query, headers, body);
     if watch {
         return answer(ctx, ctx.target.send(req).await, path_and_query, verb, true).await;
     }

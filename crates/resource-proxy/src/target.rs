@@ -385,6 +385,14 @@ impl TargetError {
     }
 }
 
+impl TargetError {
+    /// Whether the target may have received the request (it failed after the connection was
+    /// made): a write may then have happened.
+    pub fn may_have_been_sent(&self) -> bool {
+        matches!(self, TargetError::Request { source, .. } if !source.is_connect())
+    }
+}
+
 const DIAL_TIMEOUT_MESSAGE: &str = "dial timed out";
 
 /// The connector every target connection is dialled through: TCP and TLS within
