@@ -452,11 +452,15 @@ impl EndpointPool {
             });
             return;
         }
-        tokio::spawn(async move {
-            if sender.ready().await.is_ok() {
-                self.put(sender);
-            }
-        });
+        // Outside a runtime (a body dropped while the process shuts down) the connection
+        // is simply closed.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if sender.ready().await.is_ok() {
+                    self.put(sender);
+                }
+            });
+        }
     }
 
     async fn connect(&self) -> Result<http1::SendRequest<ProxyBody>, SendError> {
