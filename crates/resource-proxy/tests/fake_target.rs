@@ -619,3 +619,76 @@ async fn a_create_held_past_its_deadline_is_looked_up_and_answered_201_within_si
     assert_eq!(env.terminations("deadline"), 1);
     assert_eq!(env.requests("create", 201, "create_confirmed"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watches_on_one_caller_connection_are_all_live_at_once() {
+    // The target answers no watch until all of them are open at the same time: if the proxy
+    // queued watches (e.g. behind a stream limit of a shared connection), none would get an event.
+    const WATCHES: usize = 500;
+    let open = Arc::new(tokio::sync::Semaphore::new(0));
+    let env = env(behaviour({
+        let open = open.clone();
+        move |_, path, _| {
+            assert!(path.contains("watch=true"), "{path}");
+            let open = open.clone();
+            Box::pin(async move {
+                open.add_permits(1);
+                let stream = futures::stream::unfold(false, move |sent| {
+                    let open = open.clone();
+                    async move {
+                        if sent {
+                            return futures::future::pending().await;
+                        }
+                        // Every watch waits for all of them.
+                        let _all = open.acquire_many(WATCHES as u32).await.unwrap();
+                        let event = json!({"type": "ADDED", "object": {"apiVersion": "example.test/v1", "kind": "Widget", "metadata": {"name": "w"}}});
+                        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{event}\n")))), true))
+                    }
+                });
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(StreamBody::new(stream).boxed_unsync())
+                    .unwrap()
+            })
+        }
+    }))
+    .await;
+
+    // One HTTP/2 connection, as the aggregator multiplexes watches.
+    let mut config = (*env.client_tls).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(env.proxy).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let watches: Vec<_> = (0..WATCHES)
+        .map(|_| {
+            let mut sender = sender.clone();
+            tokio::spawn(async move {
+                let req = http::Request::get(format!("{LIST}?watch=true"))
+                    .header("x-remote-user", "alice")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                let resp = sender.send_request(req).await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let frame = resp.into_body().frame().await.unwrap().unwrap();
+                String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap()
+            })
+        })
+        .collect();
+    let all = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(watches))
+        .await
+        .expect("every watch got its event: all were open at once");
+    for event in all {
+        assert!(event.unwrap().contains("ADDED"));
+    }
+    assert_eq!(env.requests("watch", 200, "upstream"), WATCHES as u64);
+}

@@ -66,7 +66,7 @@ async fn endpoint_slice_peers_rotate_quarantine_recover_fail_fast_and_survive_a_
     ];
     assert_eq!(served[0] + served[1], 8.0, "{served:?}");
     assert!(
-        served[0] >= 3.0 && served[1] >= 3.0,
+        served[0] >= 2.0 && served[1] >= 2.0,
         "both peers serve: {served:?}"
     );
 

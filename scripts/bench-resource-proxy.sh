@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# RP-17 benchmark: GET and LIST of a custom resource on loopback against a real kube-apiserver,
+# (a) direct to the target, (b) through nginx as a plain TLS pass-through hop (stream module),
+# (c) through the resource proxy alone (front-proxy client certificate, as the aggregator
+# calls it), (d) through the client kube-apiserver and the proxy (the tenant's path); then the
+# proxy's memory while it holds WATCHES idle watches. Prints a table with ratios to (a) and (b).
+#
+#   scripts/bench-resource-proxy.sh
+#   DURATION=3 CONCURRENCY=8 WATCHES=2000 ACCESS=all scripts/bench-resource-proxy.sh
+#
+# ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET reads the
+# object first (ownership check, RP-7), so it costs the target two requests; `all` forwards once.
+#
+# The load generator is the `rp-load` example of the resource-proxy crate (client certificates).
+# nginx (and its stream module) come from Debian's packages, installed when missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DURATION="${DURATION:-5}"
+CONCURRENCY="${CONCURRENCY:-16}"
+WATCHES="${WATCHES:-10000}"
+HOLD="${HOLD:-10}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-resource-proxy}"
+PROXY_PORT=19100
+METRICS_PORT=19190
+NGINX_PORT=19443
+NS=bench
+ACCESS="${ACCESS:-owned}"
+
+if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+  echo "installing nginx and its stream module from Debian packages" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream >/dev/null
+fi
+
+echo "building resource-proxy, rp-load (release) and test-cluster" >&2
+cargo build --release -q -p resource-proxy --bin resource-proxy --example rp-load
+cargo build --release -q -p test-cluster
+BIN="$CARGO_TARGET_DIR/release"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  "$BIN/test-cluster" down --state-dir "$WORK/cp" >/dev/null 2>&1 || true
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_for() { # what, seconds, command...
+  local what="$1" secs="$2"; shift 2
+  for _ in $(seq 1 $((secs * 4))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.25
+  done
+  echo "timed out waiting for $what" >&2
+  exit 1
+}
+port_open() { (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+echo "starting the client and target clusters" >&2
+"$BIN/test-cluster" up --clusters client,target --state-dir "$WORK/cp" >"$WORK/cp.log" 2>&1 &
+PIDS+=($!)
+wait_for "the control plane" 240 test -f "$WORK/cp/ready"
+# shellcheck disable=SC1091
+KUBECTL="$(sed -n 's/^export KUBECTL=//p' "$WORK/cp/env")"
+CKC="$WORK/cp/client/kubeconfig"
+TKC="$WORK/cp/target/kubeconfig"
+TPKI="$WORK/cp/target/pki"
+CPKI="$WORK/cp/client/pki"
+port_of() { sed -n 's#.*server: https://127.0.0.1:\([0-9]*\).*#\1#p' "$1" | head -1; }
+TPORT="$(port_of "$TKC")"
+CPORT="$(port_of "$CKC")"
+
+"$KUBECTL" --kubeconfig "$TKC" apply -f - >/dev/null <<YAML
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.test}
+spec:
+  group: example.test
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+YAML
+"$KUBECTL" --kubeconfig "$TKC" wait --for=condition=Established crd/widgets.example.test --timeout=60s >/dev/null
+for kc in "$TKC" "$CKC"; do "$KUBECTL" --kubeconfig "$kc" create namespace "$NS" >/dev/null; done
+# Ten widgets of this client (owner labels), one is the GET target.
+for i in $(seq 0 9); do
+  cat <<YAML
+---
+apiVersion: example.test/v1
+kind: Widget
+metadata:
+  name: w$i
+  namespace: $NS
+  labels: {vcluster.com/owner-vcluster: bench, vcluster.com/owner-project: bench}
+spec: {size: $i}
+YAML
+done | "$KUBECTL" --kubeconfig "$TKC" apply -f - >/dev/null
+
+cat >"$WORK/proxy.yaml" <<YAML
+client: {name: bench, project: bench, kubeconfig: $CKC}
+customResources:
+  widgets.example.test/v1:
+    enabled: true
+    accessResources: $ACCESS
+    targetVirtualCluster: {name: target, project: bench}
+targets:
+  bench/target:
+    peers: {static: ["127.0.0.1:$TPORT"]}
+    tls: {caFile: $TPKI/ca.crt, serverName: localhost}
+    credential: {clientCertificate: {certFile: $TPKI/admin.crt, keyFile: $TPKI/admin.key}}
+listeners: {basePort: $PROXY_PORT}
+metrics: {address: "127.0.0.1:$METRICS_PORT"}
+YAML
+RUST_LOG=warn "$BIN/resource-proxy" --config "$WORK/proxy.yaml" --identity bench-0 >"$WORK/proxy.log" 2>&1 &
+PROXY_PID=$!
+PIDS+=($PROXY_PID)
+wait_for "the proxy's listener" 60 port_open "$PROXY_PORT"
+wait_for "the APIService" 90 sh -c "'$KUBECTL' --kubeconfig '$CKC' get widgets -n $NS"
+
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<CONF
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off;
+worker_processes 1;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 20000; }
+stream {
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    proxy_pass 127.0.0.1:$TPORT;
+  }
+}
+CONF
+nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
+PIDS+=($!)
+wait_for "nginx" 20 port_open "$NGINX_PORT"
+
+TARGET_AUTH=(--cert "$TPKI/admin.crt" --key "$TPKI/admin.key")
+FRONT_AUTH=(--cert "$CPKI/front-proxy-client.crt" --key "$CPKI/front-proxy-client.key"
+  --header "X-Remote-User: admin" --header "X-Remote-Group: system:masters")
+CLIENT_AUTH=(--cert "$CPKI/admin.crt" --key "$CPKI/admin.key")
+path() { if [ "$1" = get ]; then echo "/apis/example.test/v1/namespaces/$NS/widgets/w0"; else echo "/apis/example.test/v1/namespaces/$NS/widgets"; fi; }
+run() { # mode(a|b|c|d) kind(get|list) conns
+  local url auth
+  case "$1" in
+    a) url="https://127.0.0.1:$TPORT$(path "$2")"; auth=("${TARGET_AUTH[@]}") ;;
+    b) url="https://127.0.0.1:$NGINX_PORT$(path "$2")"; auth=("${TARGET_AUTH[@]}") ;;
+    c) url="https://127.0.0.1:$PROXY_PORT$(path "$2")"; auth=("${FRONT_AUTH[@]}") ;;
+    d) url="https://127.0.0.1:$CPORT$(path "$2")"; auth=("${CLIENT_AUTH[@]}") ;;
+  esac
+  "$BIN/examples/rp-load" get "$url" "${auth[@]}" --concurrency "$3" --duration "$DURATION"
+}
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+echo "GET/LIST: $DURATION s per cell, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
+printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for kind in get list; do
+  # Warm-up (connections, caches).
+  for m in a b c d; do DURATION=1 run "$m" "$kind" 2 >/dev/null; done
+  for conns in 1 "$CONCURRENCY"; do
+    declare -A R
+    errors=0
+    for m in a b c d; do
+      R[$m]="$(run "$m" "$kind" "$conns")"
+      errors=$((errors + $(field errors "${R[$m]}")))
+    done
+    awk -v kind="$kind" -v conns="$conns" -v errors="$errors" \
+      -v a="${R[a]}" -v b="${R[b]}" -v c="${R[c]}" -v d="${R[d]}" '
+      function f(s, k,   n, i, kv) { n = split(s, kv, " "); for (i = 1; i <= n; i++) { split(kv[i], p, "="); if (p[1] == k) return p[2] } return "nan" }
+      BEGIN {
+        added_c = f(c, "p50_ms") - f(a, "p50_ms"); added_b = f(b, "p50_ms") - f(a, "p50_ms");
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s |\n",
+          kind, conns, f(a,"rps"), f(a,"p50_ms"), f(a,"p99_ms"), f(b,"rps"), f(b,"p50_ms"), f(b,"p99_ms"),
+          f(c,"rps"), f(c,"p50_ms"), f(c,"p99_ms"), f(d,"rps"), f(d,"p50_ms"), f(d,"p99_ms"),
+          f(c,"rps") / f(a,"rps"), f(c,"rps") / f(b,"rps"),
+          (added_b > 0 ? sprintf("%.2f", added_c / added_b) : "n/a"), errors
+      }'
+    unset R
+  done
+done
+
+rss_kib() { sed -n 's/^VmRSS:\s*\([0-9]*\) kB/\1/p' "/proc/$PROXY_PID/status"; }
+echo "watches: opening $WATCHES idle watches through the proxy (HTTP/2 to the proxy, one HTTP/1.1 connection each to the target)" >&2
+before="$(rss_kib)"
+"$BIN/examples/rp-load" watch "https://127.0.0.1:$PROXY_PORT/apis/example.test/v1/namespaces/$NS/widgets?watch=true&resourceVersion=0&timeoutSeconds=3600&allowWatchBookmarks=false" \
+  "${FRONT_AUTH[@]}" --count "$WATCHES" --hold "$HOLD" >"$WORK/watch.out" &
+WATCH_PID=$!
+PIDS+=($WATCH_PID)
+wait_for "the watches to open" 600 grep -q '^open=' "$WORK/watch.out"
+sleep 2
+during="$(rss_kib)"
+active="$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^vcluster_proxy_active_watches{[^}]*} \([0-9]*\).*/\1/p')"
+wait "$WATCH_PID"
+printf '\n| watches | opened in | still open after %s s | proxy active_watches | proxy RSS before | proxy RSS with watches | per watch |\n|---|---|---|---|---|---|---|\n' "$HOLD"
+awk -v n="$WATCHES" -v out="$(tr '\n' ' ' <"$WORK/watch.out")" -v active="$active" -v before="$before" -v during="$during" '
+  BEGIN {
+    split(out, kv, " "); for (i in kv) { split(kv[i], p, "="); v[p[1]] = p[2] }
+    printf "| %d | %.1f s | %s | %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", n, v["in_ms"] / 1000, v["still_open"], active,
+      before / 1024, during / 1024, (during - before) / n
+  }'
