@@ -692,3 +692,50 @@ async fn many_watches_on_one_caller_connection_are_all_live_at_once() {
     }
     assert_eq!(env.requests("watch", 200, "upstream"), WATCHES as u64);
 }
+
+#[tokio::test]
+async fn a_caller_that_goes_away_is_counted_as_canceled_and_leaves_no_inflight_request() {
+    let held = Arc::new(Notify::new());
+    let env = env(behaviour({
+        let held = held.clone();
+        move |_, _, _| {
+            let held = held.clone();
+            Box::pin(async move {
+                held.notify_one();
+                futures::future::pending::<Reply>().await
+            })
+        }
+    }))
+    .await;
+    let caller = tokio::spawn({
+        let env = EnvRef {
+            proxy: env.proxy,
+            client_tls: env.client_tls.clone(),
+        };
+        async move { env.send("GET", LIST, "").await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), held.notified())
+        .await
+        .expect("the request reached the target");
+    let inflight = || {
+        env.metrics
+            .inflight
+            .get_or_create(&resource_proxy::metrics::TargetLabels {
+                target: "p/t".into(),
+            })
+            .get()
+    };
+    assert_eq!(inflight(), 1);
+    // The caller disconnects.
+    caller.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.terminations("canceled") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy noticed the caller left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(env.requests("list", 499, "canceled"), 1);
+    assert_eq!(inflight(), 0);
+}
