@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 STATE_DIR ?= .state/demo
 
-.PHONY: demo demo-check test lint unit control-plane bench-tunnel-proxy clean-state
+.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them; prints the commands to try and stays up until Ctrl-C. `make demo-check` runs them.
@@ -31,6 +31,10 @@ control-plane:
 ## bench-tunnel-proxy: tunnel-proxy vs nginx vs direct on loopback (installs nginx and wrk).
 bench-tunnel-proxy:
 	bash scripts/bench-tunnel-proxy.sh
+
+## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
+bench-resource-proxy: control-plane
+	bash scripts/bench-resource-proxy.sh
 
 clean-state:
 	-./target/debug/test-cluster down --state-dir $(STATE_DIR)
