@@ -562,18 +562,13 @@ async fn forward_create(
     let attempt = tokio::time::timeout(REQUEST_DEADLINE - CREATE_LOOKUP_BUDGET, async {
         match ctx.target.send(req).await {
             Ok(resp) if resp.status().is_server_error() => {
-                let code = resp.status();
-                let body = resp
-                    .into_body()
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-                tracing::error!(
-                    path, target = ctx.target.name(), status = code.as_u16(),
-                    answer = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                    "the target answered a create with a server error"
-                );
+                log_server_error(
+                    ctx,
+                    path,
+                    resp,
+                    "the target answered a create with a server error",
+                )
+                .await;
                 Err("upstream_error")
             }
             Err(e) if e.may_have_been_sent() => {
@@ -748,6 +743,22 @@ fn target_unavailable(ctx: &Listener, verb: &str, reason: &'static str) -> Outco
     )
 }
 
+/// Logs a 5xx answer of the target with the start of its body (the caller gets a 503).
+async fn log_server_error(ctx: &Listener, path: &str, resp: Response<Incoming>, what: &str) {
+    let code = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    tracing::error!(
+        path, target = ctx.target.name(), status = code.as_u16(),
+        answer = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+        "{what}"
+    );
+}
+
 /// Turns the target's answer (or failure) into the caller's.
 async fn answer(
     ctx: &Listener,
@@ -758,18 +769,13 @@ async fn answer(
 ) -> Outcome {
     match result {
         Ok(resp) if !watch && resp.status().is_server_error() => {
-            let code = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            tracing::error!(
-                path = %path_and_query, target = ctx.target.name(), status = code.as_u16(),
-                answer = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                "the target answered with a server error"
-            );
+            log_server_error(
+                ctx,
+                path_and_query,
+                resp,
+                "the target answered with a server error",
+            )
+            .await;
             target_unavailable(ctx, verb, "upstream_error")
         }
         Ok(resp) => {
