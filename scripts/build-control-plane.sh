@@ -141,7 +141,7 @@ go mod tidy || die "go mod tidy failed for the etcd wrapper module"
 go build -trimpath -ldflags "-s -w" -o "$OUT.tmp/etcd" . || die "go build of etcd failed"
 
 "$OUT.tmp/kube-apiserver" --version >&2
-"$OUT.tmp/etcd" --version | head -1 >&2
+"$OUT.tmp/etcd" --version >&2
 rm -rf "$OUT"
 mv "$OUT.tmp" "$OUT"
 echo "$OUT"
