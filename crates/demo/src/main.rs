@@ -201,6 +201,11 @@ fn write_env(cp: &ControlPlane, state_dir: &Path, kubectl: &Path) -> anyhow::Res
         ));
     }
     env.push_str(&format!("export KUBECTL={}\n", kubectl.display()));
+    // kubectl's default discovery cache is keyed by host:port, which other clusters reuse.
+    env.push_str(&format!(
+        "export KUBECACHEDIR={}\n",
+        state_dir.join("kubectl-cache").display()
+    ));
     std::fs::write(state_dir.join("env"), env)?;
     Ok(())
 }

@@ -219,10 +219,16 @@ impl Cluster {
         self.kubectl_with(&self.kubeconfig_path())
     }
 
-    /// The built kubectl with another kubeconfig.
+    /// The built kubectl with another kubeconfig. Its discovery cache is the cluster's own:
+    /// kubectl keys its default cache (`~/.kube/cache`) by host and port, and a port reused by a
+    /// later cluster would otherwise resolve resource names from another cluster's discovery.
     pub fn kubectl_with(&self, kubeconfig: &Path) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(self.bins.kubectl());
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!(
+                "--cache-dir={}",
+                self.dir.join("kubectl-cache").display()
+            ))
             .kill_on_drop(true);
         cmd
     }

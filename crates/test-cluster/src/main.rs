@@ -137,6 +137,11 @@ fn up(
         }
         let kubectl = test_cluster::Binaries::locate()?.kubectl();
         env.push_str(&format!("export KUBECTL={}\n", kubectl.display()));
+        // kubectl's default discovery cache is keyed by host:port, which other clusters reuse.
+        env.push_str(&format!(
+            "export KUBECACHEDIR={}\n",
+            state_dir.join("kubectl-cache").display()
+        ));
         std::fs::write(state_dir.join("env"), &env)?;
         println!("kubectl    {}", kubectl.display());
         println!("shell      source {}", state_dir.join("env").display());
