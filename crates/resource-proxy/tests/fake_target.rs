@@ -11,6 +11,8 @@
 //! - A create whose fate is unknown (target 5xx, deadline) is looked up by its create id: 201
 //!   with the object when it was written, 503 when it was not (so a retry cannot duplicate it).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -110,16 +112,7 @@ impl Env {
 
     /// Sends a request as the aggregator; the answer's body streams.
     async fn send(&self, method: &str, path: &str, body: &str) -> Response<Incoming> {
-        let tcp = tokio::net::TcpStream::connect(self.proxy).await.unwrap();
-        let tls = tokio_rustls::TlsConnector::from(self.client_tls.clone())
-            .connect("localhost".try_into().unwrap(), tcp)
-            .await
-            .unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let mut sender = common::connect_http1(self.proxy, self.client_tls.clone()).await;
         let req = http::Request::builder()
             .method(method)
             .uri(path)
@@ -398,16 +391,7 @@ struct EnvRef {
 
 impl EnvRef {
     async fn send(&self, method: &str, path: &str, body: &str) -> Response<Incoming> {
-        let tcp = tokio::net::TcpStream::connect(self.proxy).await.unwrap();
-        let tls = tokio_rustls::TlsConnector::from(self.client_tls.clone())
-            .connect("localhost".try_into().unwrap(), tcp)
-            .await
-            .unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let mut sender = common::connect_http1(self.proxy, self.client_tls.clone()).await;
         let req = http::Request::builder()
             .method(method)
             .uri(path)

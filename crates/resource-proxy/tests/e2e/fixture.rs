@@ -392,18 +392,11 @@ pub async fn direct_request(
             .unwrap(),
         None => builder.with_no_client_auth(),
     };
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
-        .await
-        .unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut sender = crate::common::connect_http1(
+        std::net::SocketAddr::from(([127, 0, 0, 1], proxy.port)),
+        std::sync::Arc::new(config),
+    )
+    .await;
     let mut req = http::Request::builder()
         .method(method)
         .uri(path)

@@ -6,6 +6,8 @@
 //! namespaces.
 
 mod boundaries;
+#[path = "../common/mod.rs"]
+mod common;
 mod fixture;
 mod isolation;
 mod kubectl_verbs;

@@ -5,6 +5,8 @@
 //!
 //! Scenarios that stop API servers run one at a time ([`serial`]).
 
+#[path = "../common/mod.rs"]
+mod common;
 mod peers;
 mod replicas;
 
@@ -334,18 +336,11 @@ pub async fn direct(proxy: &Proxy, method: &str, path: &str, body: &str) -> Answ
         )
         .unwrap();
     let started = tokio::time::Instant::now();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
-        .await
-        .unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut sender = crate::common::connect_http1(
+        std::net::SocketAddr::from(([127, 0, 0, 1], proxy.port)),
+        std::sync::Arc::new(config),
+    )
+    .await;
     let req = http::Request::builder()
         .method(method)
         .uri(path)
