@@ -3,12 +3,15 @@
 //!
 //! - [`api`]: the project's own resources, GatewayClassConfig and GatewayConfig (TG-1), and the
 //!   CRD YAML generated from them.
+//! - [`conditions`]: status conditions as decided ([`conditions::Verdict`]) and their merge into
+//!   `metav1.Condition` lists.
 //! - [`grants`]: ReferenceGrant checks for cross-namespace backend references.
 //! - [`hostnames`]: listener and route hostname intersection (TG-5, Gateway API).
 //! - [`ingress`]: a tunnel's ingress document from the hostnames of its routes (TG-3).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
 
 pub mod api;
+pub mod conditions;
 pub mod grants;
 pub mod hostnames;
 pub mod ingress;
