@@ -12,7 +12,15 @@
 
 pub mod api;
 pub mod conditions;
+pub mod controller;
 pub mod grants;
 pub mod hostnames;
 pub mod ingress;
+pub mod metrics;
+pub mod model;
+pub mod planes;
 pub mod push;
+pub mod status;
+pub mod translate;
+pub mod tunnels;
+pub mod world;

@@ -11,7 +11,6 @@
 //!   ([`FAILED_ROUNDS_BEFORE_CONDITION`]) sets `ProxyConfigPushed=False`; the first fully
 //!   successful round clears it.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -87,31 +86,31 @@ impl Pusher {
     /// version, moves `clock` past it and pushes that proxy once more with a new version.
     pub async fn push(
         &self,
-        endpoints: &[SocketAddr],
+        endpoints: &[String],
         token: &str,
         doc: &Config,
         clock: &VersionClock,
-    ) -> Vec<(SocketAddr, PushOutcome)> {
+    ) -> Vec<(String, PushOutcome)> {
         let pushes = endpoints.iter().map(|ep| async move {
-            let outcome = match self.put(*ep, token, doc).await {
+            let outcome = match self.put(ep, token, doc).await {
                 PushOutcome::Stale { loaded } => {
                     clock.observe(loaded);
                     let mut again = doc.clone();
                     again.version = clock.next();
                     tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
-                    self.put(*ep, token, &again).await
+                    self.put(ep, token, &again).await
                 }
                 other => other,
             };
             if !outcome.is_loaded() {
                 tracing::warn!(endpoint = %ep, ?outcome, "config push failed");
             }
-            (*ep, outcome)
+            (ep.clone(), outcome)
         });
         futures::future::join_all(pushes).await
     }
 
-    async fn put(&self, ep: SocketAddr, token: &str, doc: &Config) -> PushOutcome {
+    async fn put(&self, ep: &str, token: &str, doc: &Config) -> PushOutcome {
         let resp = self
             .http
             .put(format!("http://{ep}/config"))
@@ -158,7 +157,7 @@ pub enum ConditionChange {
 
 impl PushHealth {
     /// Records a round (every endpoint's outcome); an empty round (no pods yet) is neutral.
-    pub fn record(&mut self, outcomes: &[(SocketAddr, PushOutcome)]) -> ConditionChange {
+    pub fn record(&mut self, outcomes: &[(String, PushOutcome)]) -> ConditionChange {
         if outcomes.is_empty() {
             return ConditionChange::None;
         }

@@ -1,6 +1,5 @@
 //! Config push against real tunnel-proxy config APIs (in-process, on loopback).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tunnel_controller::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};
@@ -9,7 +8,7 @@ use tunnel_proxy::config::Config;
 use tunnel_proxy::state::State;
 
 struct ProxyApi {
-    addr: SocketAddr,
+    addr: String,
     state: Arc<State>,
 }
 
@@ -24,7 +23,7 @@ async fn proxy_api(token: &str) -> ProxyApi {
     )
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move { axum::serve(listener, router).await });
     ProxyApi { addr, state }
 }
@@ -54,7 +53,7 @@ async fn every_proxy_of_the_partition_gets_the_document_with_the_partitions_toke
     let v = clock.next();
     let out = pusher()
         .push(
-            &[a.addr, b.addr],
+            &[a.addr.clone(), b.addr.clone()],
             "plane-a",
             &doc(v, "a.example.com"),
             &clock,
@@ -70,7 +69,7 @@ async fn another_partitions_token_is_refused_and_changes_nothing() {
     let clock = VersionClock::default();
     let out = pusher()
         .push(
-            &[theirs.addr],
+            &[theirs.addr.clone()],
             "plane-a",
             &doc(clock.next(), "a.example.com"),
             &clock,
@@ -90,14 +89,19 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
     let clock = VersionClock::default();
     let ahead = clock.next() + 1_000_000;
     let out = pusher()
-        .push(&[p.addr], "t", &doc(ahead, "old.example.com"), &clock)
+        .push(
+            &[p.addr.clone()],
+            "t",
+            &doc(ahead, "old.example.com"),
+            &clock,
+        )
         .await;
     assert!(out[0].1.is_loaded());
     // A restarted controller with a clock behind the proxy's version.
     let behind = VersionClock::default();
     let out = pusher()
         .push(
-            &[p.addr],
+            &[p.addr.clone()],
             "t",
             &doc(behind.next(), "new.example.com"),
             &behind,
@@ -123,7 +127,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
     let clock = VersionClock::default();
     let good = clock.next();
     pusher()
-        .push(&[p.addr], "t", &doc(good, "a.example.com"), &clock)
+        .push(&[p.addr.clone()], "t", &doc(good, "a.example.com"), &clock)
         .await;
     let bad: Config = serde_json::from_value(serde_json::json!({
         "version": clock.next(),
@@ -131,7 +135,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
                     "rules": [{"matches": [{"path": {"type": "RegularExpression", "value": "("}}]}]}]
     }))
     .unwrap();
-    let out = pusher().push(&[p.addr], "t", &bad, &clock).await;
+    let out = pusher().push(&[p.addr.clone()], "t", &bad, &clock).await;
     assert!(
         matches!(&out[0].1, PushOutcome::Rejected { status: 400, message } if message.contains("regex")),
         "{out:?}"
@@ -141,9 +145,9 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
 
 #[tokio::test]
 async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_success_clears_it() {
-    let down: SocketAddr = {
+    let down: String = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
+        l.local_addr().unwrap().to_string()
     };
     let up = proxy_api("t").await;
     let clock = VersionClock::default();
@@ -153,7 +157,7 @@ async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_succe
     for _ in 0..4 {
         let out = pusher
             .push(
-                &[up.addr, down],
+                &[up.addr.clone(), down.clone()],
                 "t",
                 &doc(clock.next(), "a.example.com"),
                 &clock,
@@ -173,7 +177,12 @@ async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_succe
     );
     assert!(health.is_failing());
     let out = pusher
-        .push(&[up.addr], "t", &doc(clock.next(), "a.example.com"), &clock)
+        .push(
+            &[up.addr.clone()],
+            "t",
+            &doc(clock.next(), "a.example.com"),
+            &clock,
+        )
         .await;
     assert_eq!(health.record(&out), ConditionChange::Recovered);
     assert_eq!(

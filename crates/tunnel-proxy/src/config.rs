@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The whole document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Monotonically increasing; a push older than the loaded one is refused (409).

@@ -1,0 +1,356 @@
+//! The sync loop: every change to a watched object wakes it; after a short quiet period (so a
+//! burst becomes one round) it takes a snapshot, computes the [`crate::model::Model`], syncs
+//! each tunnel's ingress document, pushes each partition's route table, and writes the statuses
+//! that changed. A round that left something undone (a failed tunnel, push or write) schedules
+//! another with backoff; a quiet cluster is re-checked every [`RESYNC`].
+//!
+//! Only the leader runs rounds; the stores are warm on every replica, so a new leader starts at
+//! once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+use tokio::sync::{Mutex, Notify, watch};
+
+use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
+use crate::model::{self, PartitionKey, Settings};
+use crate::planes::{self, Planes};
+use crate::push::{ConditionChange, PushOutcome};
+use crate::status::{self, Effects, Write, Writer};
+use crate::tunnels::TunnelSync;
+use crate::world::Stores;
+
+/// Quiet period after a change before a round starts.
+pub const DEBOUNCE: Duration = Duration::from_millis(150);
+/// A burst never delays a round longer than this.
+pub const MAX_DELAY: Duration = Duration::from_secs(1);
+/// A quiet cluster is re-checked this often.
+pub const RESYNC: Duration = Duration::from_secs(60);
+/// Status writes in flight at once.
+const WRITE_CONCURRENCY: usize = 16;
+
+/// Everything a round needs.
+pub struct Controller {
+    client: Client,
+    stores: Stores,
+    settings: Settings,
+    writer: Writer,
+    tunnels: TunnelSync,
+    planes: Mutex<Planes>,
+    metrics: Metrics,
+    changed: Arc<Notify>,
+}
+
+/// What a round left undone.
+#[derive(Debug, Default)]
+struct Outcome {
+    incomplete: bool,
+}
+
+/// What a [`Controller`] is built from.
+pub struct Parts {
+    pub client: Client,
+    pub stores: Stores,
+    pub settings: Settings,
+    pub writer: Writer,
+    pub tunnels: TunnelSync,
+    pub planes: Planes,
+    pub metrics: Metrics,
+    /// Notified by the stores on every change.
+    pub changed: Arc<Notify>,
+}
+
+impl Controller {
+    pub fn new(p: Parts) -> Self {
+        Self {
+            client: p.client,
+            stores: p.stores,
+            settings: p.settings,
+            writer: p.writer,
+            tunnels: p.tunnels,
+            planes: Mutex::new(p.planes),
+            metrics: p.metrics,
+            changed: p.changed,
+        }
+    }
+
+    /// Runs rounds while `leader` is true; returns when `leader`'s sender is gone.
+    pub async fn run(&self, mut leader: watch::Receiver<bool>) {
+        self.stores.ready().await;
+        tracing::info!("caches synced");
+        let mut backoff = Duration::from_millis(500);
+        let mut retry_at: Option<Instant> = None;
+        loop {
+            while !*leader.borrow() {
+                if leader.changed().await.is_err() {
+                    return;
+                }
+                self.changed.notify_one();
+            }
+            let wake = retry_at
+                .map(|t| t.saturating_duration_since(Instant::now()))
+                .unwrap_or(RESYNC)
+                .min(RESYNC);
+            tokio::select! {
+                _ = self.changed.notified() => {}
+                _ = tokio::time::sleep(wake) => {}
+                r = leader.changed() => { if r.is_err() { return; } continue; }
+            }
+            self.debounce().await;
+            if !*leader.borrow() {
+                continue;
+            }
+            let out = self.round().await;
+            if out.incomplete {
+                retry_at = Some(Instant::now() + backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            } else {
+                retry_at = None;
+                backoff = Duration::from_millis(500);
+            }
+        }
+    }
+
+    async fn debounce(&self) {
+        let start = Instant::now();
+        loop {
+            let left = MAX_DELAY.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                _ = self.changed.notified() => {}
+                _ = tokio::time::sleep(DEBOUNCE.min(left)) => return,
+            }
+        }
+    }
+
+    async fn round(&self) -> Outcome {
+        let started = Instant::now();
+        let snap = self.stores.snapshot();
+        let model = model::compute(&snap, &self.settings);
+        let mut effects = Effects::default();
+        let mut outcome = Outcome::default();
+
+        // Tunnels, all at once; each on its own.
+        let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
+            (tunnel.clone(), self.tunnels.sync(tunnel, plan).await)
+        });
+        for (tunnel, result) in futures::future::join_all(syncs).await {
+            self.count("Tunnel", result.is_ok());
+            match result {
+                Ok(r) => {
+                    self.metrics
+                        .ingress_rules
+                        .get_or_create(&TunnelLabel {
+                            tunnel: tunnel.clone(),
+                        })
+                        .set(r.rules as i64);
+                    for (host, route) in r.overflow {
+                        effects.overflow.entry(route).or_default().push(host);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(tunnel, error = %e, "Cloudflare sync failed; the tunnel's routes are Pending");
+                    effects.tunnel_errors.insert(tunnel, e);
+                    outcome.incomplete = true;
+                }
+            }
+        }
+        self.tunnels.retain(|t| model.tunnels.contains_key(t)).await;
+
+        // Partitions.
+        let mut notices = Vec::new();
+        {
+            let mut planes = self.planes.lock().await;
+            for (key, plan) in &model.partitions {
+                let (endpoints, token) = self.partition_target(key, &snap).await;
+                let report = planes
+                    .round(
+                        key,
+                        &plan.doc,
+                        &endpoints,
+                        token.as_deref().map_err(String::as_str),
+                    )
+                    .await;
+                self.count("Partition", !report.incomplete);
+                for (_, o) in &report.outcomes {
+                    self.metrics
+                        .pushes
+                        .get_or_create(&PushLabels {
+                            partition: key.to_string(),
+                            result: push_result(o),
+                        })
+                        .inc();
+                }
+                outcome.incomplete |= report.incomplete;
+                if let Some(err) = &report.failing {
+                    effects.push_failing.insert(key.clone(), err.clone());
+                }
+                if report.change == Some(ConditionChange::Recovered) {
+                    tracing::info!(partition = %key, "config pushes recovered");
+                }
+            }
+            planes.retain(|k| model.partitions.contains_key(k));
+        }
+
+        // Statuses.
+        let (writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
+        notices.extend(more);
+        let pending: Vec<_> = writes
+            .iter()
+            .map(|w| {
+                let (writer, w) = (self.writer.clone(), w.clone());
+                async move { (write_kind(&w), writer.write(&w).await) }
+            })
+            .collect();
+        let results: Vec<(&'static str, Result<(), kube::Error>)> = futures::stream::iter(pending)
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (kind, r) in results {
+            self.count(kind, r.is_ok());
+            if let Err(e) = r {
+                tracing::debug!(kind, error = %e, "status write failed; retrying next round");
+                outcome.incomplete = true;
+            }
+        }
+        for n in &notices {
+            self.writer.notify(n).await;
+        }
+        let status = if outcome.incomplete {
+            "error"
+        } else {
+            "success"
+        };
+        self.metrics
+            .sync_duration
+            .get_or_create(&StatusLabel { status })
+            .observe(started.elapsed().as_secs_f64());
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            gateways = model.gateways.len(),
+            routes = model.routes.len(),
+            writes = writes.len(),
+            incomplete = outcome.incomplete,
+            "sync round"
+        );
+        outcome
+    }
+
+    fn count(&self, kind: &'static str, ok: bool) {
+        self.metrics
+            .reconciles
+            .get_or_create(&KindLabel { kind })
+            .inc();
+        if !ok {
+            self.metrics
+                .reconcile_errors
+                .get_or_create(&KindLabel { kind })
+                .inc();
+        }
+    }
+
+    /// A partition's proxies and its token.
+    async fn partition_target(
+        &self,
+        key: &PartitionKey,
+        snap: &crate::world::Snapshot,
+    ) -> (Vec<String>, Result<String, String>) {
+        match key {
+            PartitionKey::Shared => {
+                let ns = &self.settings.namespace;
+                let endpoints = planes::config_endpoints(
+                    &snap.endpoint_slices,
+                    ns,
+                    &self.settings.shared_plane_service,
+                );
+                let token = self.shared_token(snap).await;
+                (endpoints, token)
+            }
+            PartitionKey::Dedicated(gw) => (
+                Vec::new(),
+                Err(format!("no dedicated plane for Gateway {gw}")),
+            ),
+        }
+    }
+
+    /// The shared plane's token, from its Secret; created (random) when missing.
+    async fn shared_token(&self, snap: &crate::world::Snapshot) -> Result<String, String> {
+        let ns = &self.settings.namespace;
+        let name = &self.settings.shared_plane_auth_secret;
+        if let Some(s) = snap
+            .secrets
+            .iter()
+            .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == *name)
+        {
+            return model::secret_value(s, AUTH_TOKEN_KEY).ok_or_else(|| {
+                format!("Secret {ns}/{name} has no key {AUTH_TOKEN_KEY:?} (the shared plane's config-API token)")
+            });
+        }
+        let token = random_token();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                labels: Some(BTreeMap::from([(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "tunnel-gateway-controller".to_owned(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                AUTH_TOKEN_KEY.to_owned(),
+                ByteString(token.clone().into_bytes()),
+            )])),
+            ..Default::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(_) => {
+                tracing::info!(secret = %format!("{ns}/{name}"), "created the shared plane's config-API token");
+                Ok(token)
+            }
+            // Created meanwhile (another replica, or the operator): the next round reads it.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                Err(format!("Secret {ns}/{name} was just created; retrying"))
+            }
+            Err(e) => Err(format!("creating Secret {ns}/{name}: {e}")),
+        }
+    }
+}
+
+const AUTH_TOKEN_KEY: &str = crate::api::DEFAULT_AUTH_TOKEN_KEY;
+
+/// 32 random bytes, hex.
+pub fn random_token() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn write_kind(w: &Write) -> &'static str {
+    match w {
+        Write::GatewayClass { .. } | Write::ClassFinalizer { .. } => "GatewayClass",
+        Write::ClassConfig { .. } => "GatewayClassConfig",
+        Write::Gateway { .. } => "Gateway",
+        Write::Route { id, .. } => id.kind.as_str(),
+    }
+}
+
+fn push_result(o: &PushOutcome) -> &'static str {
+    match o {
+        PushOutcome::Loaded => "loaded",
+        PushOutcome::Unauthorized => "unauthorized",
+        PushOutcome::Rejected { .. } => "rejected",
+        PushOutcome::Stale { .. } => "stale",
+        PushOutcome::Failed(_) => "failed",
+    }
+}

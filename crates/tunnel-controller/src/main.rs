@@ -1,0 +1,208 @@
+//! `tunnel-gateway-controller`: the Gateway API controller for Cloudflare Tunnel
+//! (docs/tunnel-gateway.md). Every flag is also an environment variable.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use kube::runtime::events::{Recorder, Reporter};
+use kube_support::admin::{Readiness, router, serve as serve_admin};
+use kube_support::leader::{LeaseConfig, elect};
+use kube_support::telemetry::{self, LogFormat};
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+use tunnel_controller::controller::{Controller, Parts};
+use tunnel_controller::metrics::Metrics;
+use tunnel_controller::model::Settings;
+use tunnel_controller::planes::Planes;
+use tunnel_controller::push::Pusher;
+use tunnel_controller::status::Writer;
+use tunnel_controller::tunnels::TunnelSync;
+use tunnel_controller::world::Stores;
+
+#[derive(Parser)]
+#[command(
+    name = "tunnel-gateway-controller",
+    about = "Gateway API controller that publishes routes through Cloudflare Tunnel"
+)]
+struct Cli {
+    /// The GatewayClass controllerName this controller serves.
+    #[arg(
+        long,
+        env = "CF_CONTROLLER_NAME",
+        default_value = "cf.k8s.lex.la/tunnel-controller"
+    )]
+    controller_name: String,
+    /// The controller's namespace (shared plane, its Secrets, the Lease).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tunnel-gateway-system")]
+    namespace: String,
+    /// This replica's identity in leader election (the pod name in Kubernetes).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, env = "CF_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    admin_addr: SocketAddr,
+    /// Take part in leader election (off: this replica always writes).
+    #[arg(long, env = "CF_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    /// The Lease name (in --namespace).
+    #[arg(
+        long,
+        env = "CF_LEASE_NAME",
+        default_value = "tunnel-gateway-controller"
+    )]
+    lease_name: String,
+    /// The shared plane's headless config Service (in --namespace).
+    #[arg(
+        long,
+        env = "CF_SHARED_PLANE_SERVICE",
+        default_value = "tunnel-proxy-config"
+    )]
+    shared_plane_service: String,
+    /// The Secret with the shared plane's config-API token (key auth-token; created when missing).
+    #[arg(
+        long,
+        env = "CF_SHARED_PLANE_AUTH_SECRET",
+        default_value = "tunnel-proxy-auth"
+    )]
+    shared_plane_auth_secret: String,
+    /// The Cloudflare API base URL.
+    #[arg(long, env = "CF_API_URL", default_value = cloudflare_api::DEFAULT_BASE_URL)]
+    cloudflare_api_url: String,
+    /// The proxy image of dedicated data planes.
+    #[arg(long, env = "CF_PROXY_IMAGE")]
+    proxy_image: Option<String>,
+    /// The cloudflared image of dedicated data planes.
+    #[arg(
+        long,
+        env = "CF_CONNECTOR_IMAGE",
+        default_value = "cloudflare/cloudflared:2026.11.0"
+    )]
+    connector_image: String,
+    /// The kubeconfig to use; in-cluster configuration (or ~/.kube/config) when unset.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Log format: text or json.
+    #[arg(long, env = "CF_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    let client = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            kube::Client::try_from(config)?
+        }
+        None => kube::Client::try_default().await?,
+    };
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::new("caches are syncing");
+    let (admin, _admin_task) = serve_admin(
+        cli.admin_addr,
+        router(Arc::new(registry), readiness.clone()),
+        std::future::pending(),
+    )
+    .await?;
+    tracing::info!(%admin, "admin endpoints (/metrics, /healthz, /readyz) listening");
+
+    let identity = cli.identity.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "tunnel-gateway-controller".into()),
+            std::process::id()
+        )
+    });
+    let changed = Arc::new(Notify::new());
+    let stores = Stores::start(&client, changed.clone());
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "tunnel-gateway-controller".into(),
+            instance: Some(identity.clone()),
+        },
+    );
+    let settings = Settings {
+        controller_name: cli.controller_name.clone(),
+        namespace: cli.namespace.clone(),
+        shared_plane_service: cli.shared_plane_service.clone(),
+        shared_plane_auth_secret: cli.shared_plane_auth_secret.clone(),
+    };
+    let tunnels = TunnelSync::new(
+        cli.cloudflare_api_url.clone(),
+        metrics.api.clone(),
+        cloudflare_api::RetryPolicy {
+            max_attempts: 2,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(5),
+        },
+    );
+    let controller = Arc::new(Controller::new(Parts {
+        client: client.clone(),
+        stores: stores.clone(),
+        settings,
+        writer: Writer::new(client.clone(), recorder),
+        tunnels,
+        planes: Planes::new(Pusher::new().context("building the config pusher")?),
+        metrics,
+        changed,
+    }));
+
+    let (leader_tx, leader_rx) = tokio::sync::watch::channel(!cli.leader_election);
+    let leadership = if cli.leader_election {
+        let lease = LeaseConfig::new(&cli.namespace, &cli.lease_name, &identity);
+        let leadership = elect(client.clone(), &lease)
+            .await
+            .context("joining leader election")?;
+        let mut rx = leadership.subscribe();
+        let tx = leader_tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let leader = *rx.borrow_and_update();
+                tracing::info!(leader, "leadership changed");
+                let _ = tx.send(leader);
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Some(leadership)
+    } else {
+        None
+    };
+
+    let run = {
+        let controller = controller.clone();
+        tokio::spawn(async move { controller.run(leader_rx).await })
+    };
+    {
+        let stores = stores.clone();
+        let readiness = readiness.clone();
+        tokio::spawn(async move {
+            stores.ready().await;
+            readiness.set_ready();
+        });
+    }
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    run.abort();
+    drop(leader_tx);
+    if let Some(l) = leadership {
+        l.release().await;
+    }
+    Ok(())
+}

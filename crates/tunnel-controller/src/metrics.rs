@@ -1,0 +1,122 @@
+//! The controller's Prometheus series (TG-12). The Cloudflare API counters
+//! (`cftunnel_cloudflare_api_calls_total`, `cftunnel_cloudflare_api_errors_total`) are
+//! `cloudflare_api::ApiMetrics`, registered here with the rest.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use cloudflare_api::ApiMetrics;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TunnelLabel {
+    pub tunnel: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct PushLabels {
+    pub partition: String,
+    pub result: &'static str,
+}
+
+/// Every series of the controller.
+#[derive(Clone)]
+pub struct Metrics {
+    pub api: ApiMetrics,
+    /// One sync round (snapshot → Cloudflare → pushes → statuses), by outcome.
+    pub sync_duration: Family<StatusLabel, Histogram>,
+    /// Rules in each tunnel's ingress document (the catch-all included).
+    pub ingress_rules: Family<TunnelLabel, Gauge>,
+    /// Reconciles by kind: status writes (GatewayClass, Gateway, HTTPRoute, ...), tunnel syncs
+    /// (`Tunnel`) and partition push rounds (`Partition`).
+    pub reconciles: Family<KindLabel, Counter>,
+    pub reconcile_errors: Family<KindLabel, Counter>,
+    /// Config pushes by partition and result (`loaded`, `unauthorized`, `rejected`, `stale`,
+    /// `failed`).
+    pub pushes: Family<PushLabels, Counter>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            api: ApiMetrics::register(registry),
+            sync_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
+            ingress_rules: Family::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            pushes: Family::default(),
+        };
+        registry.register(
+            "cftunnel_sync_duration_seconds",
+            "Duration of a sync round (statuses, Cloudflare ingress documents, config pushes)",
+            m.sync_duration.clone(),
+        );
+        registry.register(
+            "cftunnel_ingress_rules",
+            "Rules in a tunnel's ingress document, the catch-all included",
+            m.ingress_rules.clone(),
+        );
+        registry.register(
+            "cftunnel_reconcile",
+            "Reconciles by kind (status writes, tunnel syncs, partition push rounds)",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "cftunnel_reconcile_errors",
+            "Failed reconciles by kind",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "cftunnel_config_pushes",
+            "Config pushes to data-plane proxies by partition and result",
+            m.pushes.clone(),
+        );
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+
+    #[test]
+    fn the_specified_series_are_exposed() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.sync_duration
+            .get_or_create(&StatusLabel { status: "success" })
+            .observe(0.1);
+        m.ingress_rules
+            .get_or_create(&TunnelLabel { tunnel: "t".into() })
+            .set(3);
+        m.reconciles
+            .get_or_create(&KindLabel { kind: "Gateway" })
+            .inc();
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        for series in [
+            "cftunnel_sync_duration_seconds_bucket{",
+            "cftunnel_ingress_rules{tunnel=\"t\"} 3",
+            "cftunnel_reconcile_total{kind=\"Gateway\"} 1",
+        ] {
+            assert!(out.contains(series), "missing {series} in\n{out}");
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! Status writing (TG-11): the [`Model`] plus the round's I/O outcomes ([`Effects`]) become
+//! GatewayClass, GatewayClassConfig, Gateway and route statuses, written only when they differ
+//! from what the API server holds.
+//!
+//! - Statuses the controller owns alone (GatewayClass, GatewayClassConfig, Gateway) are
+//!   server-side applied with the controller's field manager.
+//! - Route `status.parents` is shared with other controllers: the entries of other
+//!   `controllerName`s are kept as read, and the write carries the `resourceVersion` it was
+//!   computed from, so a concurrent write by another controller makes ours fail (409) and the
+//!   next round recomputes from the fresh object instead of erasing theirs.
+//! - A condition turning False (or changing reason while False) publishes a Warning Event with
+//!   the condition's reason and message: everything a user must notice is in `kubectl describe`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gateway_api::apis::standard::gatewayclasses::{GatewayClass, GatewayClassStatus};
+use gateway_api::apis::standard::gateways::{
+    Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
+    GatewayStatusListenersSupportedKinds,
+};
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::api::GatewayClassConfig;
+use crate::conditions::{Verdict, merge};
+use crate::model::{
+    CLASS_FINALIZER, GATEWAY_GROUP, Model, ObjKey, PROXY_CONFIG_PUSHED, PartitionKey, RouteId,
+    RouteKind, RouteOutcome,
+};
+
+/// The field manager of every write.
+pub const MANAGER: &str = "tunnel-gateway-controller";
+/// Condition type on routes with hostnames beyond the 1,000-rule cap of their tunnel.
+pub const INGRESS_RULE_LIMIT: &str = "cf.k8s.lex.la/IngressRuleLimit";
+
+/// What the round's I/O found.
+#[derive(Debug, Clone, Default)]
+pub struct Effects {
+    /// Tunnels whose Cloudflare sync failed, with the reason.
+    pub tunnel_errors: BTreeMap<String, String>,
+    /// Hostnames of a route left out of its tunnel's document by the rule cap.
+    pub overflow: BTreeMap<RouteId, Vec<String>>,
+    /// Partitions whose pushes have kept failing, with the reason.
+    pub push_failing: BTreeMap<PartitionKey, String>,
+}
+
+/// A status the API server should hold, when it differs from what it holds.
+#[derive(Debug, Clone)]
+pub enum Write {
+    GatewayClass {
+        name: String,
+        status: Value,
+    },
+    ClassFinalizer {
+        name: String,
+        resource_version: Option<String>,
+        finalizers: Vec<String>,
+    },
+    ClassConfig {
+        name: String,
+        status: Value,
+    },
+    Gateway {
+        key: ObjKey,
+        status: Value,
+    },
+    Route {
+        id: RouteId,
+        resource_version: Option<String>,
+        parents: Vec<Value>,
+    },
+}
+
+/// An Event to publish about an object.
+#[derive(Debug, Clone)]
+pub struct Notice {
+    pub object: k8s_openapi::api::core::v1::ObjectReference,
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+fn now() -> Time {
+    let secs = k8s_openapi::jiff::Timestamp::now().as_second();
+    Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("now is a valid timestamp"))
+}
+
+/// The writes (and Events) that bring the API server to `model` + `effects`.
+pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Write>, Vec<Notice>) {
+    let now = now();
+    let mut writes = Vec::new();
+    let mut notices = Vec::new();
+
+    for c in &model.classes {
+        let class = &c.class;
+        let current = class
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let conditions = merge(
+            &current,
+            std::slice::from_ref(&c.accepted),
+            class.metadata.generation,
+            &now,
+        );
+        notice_failures(&mut notices, class.as_ref(), &current, &conditions);
+        if conditions != current {
+            writes.push(Write::GatewayClass {
+                name: class.name_any(),
+                status: serde_json::to_value(GatewayClassStatus {
+                    conditions: Some(conditions),
+                    supported_features: None,
+                })
+                .unwrap_or_default(),
+            });
+        }
+        let has = class.finalizers().iter().any(|f| f == CLASS_FINALIZER);
+        if c.in_use != has && class.metadata.deletion_timestamp.is_none() || (has && !c.in_use) {
+            let mut finalizers: Vec<String> = class
+                .finalizers()
+                .iter()
+                .filter(|f| *f != CLASS_FINALIZER)
+                .cloned()
+                .collect();
+            if c.in_use {
+                finalizers.push(CLASS_FINALIZER.to_owned());
+            }
+            writes.push(Write::ClassFinalizer {
+                name: class.name_any(),
+                resource_version: class.resource_version(),
+                finalizers,
+            });
+        }
+    }
+
+    for c in &model.class_configs {
+        let current = c
+            .config
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let conditions = merge(&current, &c.verdicts, c.config.metadata.generation, &now);
+        notice_failures(&mut notices, c.config.as_ref(), &current, &conditions);
+        if conditions != current {
+            writes.push(Write::ClassConfig {
+                name: c.config.name_any(),
+                status: json!({ "conditions": conditions }),
+            });
+        }
+    }
+
+    for (key, g) in &model.gateways {
+        let gw = &g.gateway;
+        let current = gw.status.clone().unwrap_or_default();
+        let generation = gw.metadata.generation;
+        let current_conditions = current.conditions.clone().unwrap_or_default();
+        let mut programmed = g.programmed.clone();
+        if let Some(err) = g.tunnel.as_ref().and_then(|t| effects.tunnel_errors.get(t)) {
+            programmed = Verdict::fail(
+                "Programmed",
+                "Pending",
+                format!(
+                    "the Cloudflare sync of tunnel {} failed: {err}; retrying",
+                    g.tunnel.as_deref().unwrap_or_default()
+                ),
+            );
+        }
+        let conditions = merge(
+            &current_conditions,
+            &[g.accepted.clone(), programmed, g.resolved_refs.clone()],
+            generation,
+            &now,
+        );
+        notice_failures(&mut notices, gw.as_ref(), &current_conditions, &conditions);
+        let current_listeners = current.listeners.clone().unwrap_or_default();
+        let listeners: Vec<GatewayStatusListeners> = g
+            .listeners
+            .iter()
+            .map(|l| {
+                let before = current_listeners
+                    .iter()
+                    .find(|c| c.name == l.name)
+                    .map(|c| c.conditions.clone())
+                    .unwrap_or_default();
+                GatewayStatusListeners {
+                    name: l.name.clone(),
+                    attached_routes: l.attached_routes,
+                    supported_kinds: Some(
+                        l.supported_kinds
+                            .iter()
+                            .map(|k| GatewayStatusListenersSupportedKinds {
+                                group: Some(GATEWAY_GROUP.to_owned()),
+                                kind: (*k).to_owned(),
+                            })
+                            .collect(),
+                    ),
+                    conditions: merge(&before, &l.verdicts, generation, &now),
+                }
+            })
+            .collect();
+        let desired = GatewayStatus {
+            addresses: g.address.as_ref().map(|a| {
+                vec![GatewayStatusAddresses {
+                    r#type: Some("Hostname".to_owned()),
+                    value: a.clone(),
+                }]
+            }),
+            attached_listener_sets: current.attached_listener_sets,
+            conditions: Some(conditions),
+            listeners: Some(listeners),
+        };
+        if desired != current {
+            writes.push(Write::Gateway {
+                key: key.clone(),
+                status: serde_json::to_value(&desired).unwrap_or_default(),
+            });
+        }
+    }
+
+    for r in &model.routes {
+        if let Some(w) = route_write(r, model, effects, controller_name, &now, &mut notices) {
+            writes.push(w);
+        }
+    }
+    (writes, notices)
+}
+
+fn route_write(
+    r: &RouteOutcome,
+    model: &Model,
+    effects: &Effects,
+    controller_name: &str,
+    now: &Time,
+    notices: &mut Vec<Notice>,
+) -> Option<Write> {
+    let ours = |p: &Value| p["controllerName"].as_str() == Some(controller_name);
+    let mut parents: Vec<Value> = r
+        .current_parents
+        .iter()
+        .filter(|p| !ours(p))
+        .cloned()
+        .collect();
+    let reference = route_reference(r);
+    let mut seen = BTreeSet::new();
+    for p in &r.parents {
+        if !seen.insert(p.parent_ref.to_string()) {
+            continue; // the same parentRef twice: one status entry
+        }
+        let mut verdicts = p.verdicts.clone();
+        let gw = model.gateways.get(&p.gateway);
+        let attached = p.hostnames.is_some();
+        if attached
+            && let Some(tunnel) = gw.and_then(|g| g.tunnel.as_ref())
+            && let Some(err) = effects.tunnel_errors.get(tunnel)
+        {
+            verdicts[0] = Verdict::fail(
+                "Accepted",
+                "Pending",
+                format!("the Cloudflare sync of tunnel {tunnel} failed: {err}; retrying"),
+            );
+        }
+        if attached && let Some(hosts) = effects.overflow.get(&r.id) {
+            verdicts.push(Verdict::new(
+                INGRESS_RULE_LIMIT,
+                true,
+                "RuleLimitExceeded",
+                format!(
+                    "the tunnel's ingress document holds at most 1,000 rules; left out (newest routes first): {}",
+                    hosts.join(", ")
+                ),
+            ));
+        }
+        if attached
+            && let Some(partition) = gw.and_then(|g| g.partition.as_ref())
+            && let Some(err) = effects.push_failing.get(partition)
+        {
+            verdicts.push(Verdict::fail(
+                PROXY_CONFIG_PUSHED,
+                "ProxyConfigPushFailed",
+                format!(
+                    "pushing the route table to the {partition} data plane keeps failing: {err}"
+                ),
+            ));
+        }
+        let before: Vec<Condition> = r
+            .current_parents
+            .iter()
+            .find(|c| ours(c) && c["parentRef"] == p.parent_ref)
+            .and_then(|c| serde_json::from_value(c["conditions"].clone()).ok())
+            .unwrap_or_default();
+        let conditions = merge(&before, &verdicts, r.generation, now);
+        for c in &conditions {
+            let was = before.iter().find(|b| b.type_ == c.type_);
+            let failing = c.status == "False" || c.type_ == INGRESS_RULE_LIMIT;
+            if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
+                notices.push(Notice {
+                    object: reference.clone(),
+                    warning: true,
+                    reason: c.reason.clone(),
+                    message: format!("parent {}: {}", p.gateway, c.message),
+                });
+            }
+        }
+        parents.push(json!({
+            "parentRef": p.parent_ref,
+            "controllerName": controller_name,
+            "conditions": conditions,
+        }));
+    }
+    // Compare as the API server would return it (conditions serialized the same way).
+    let current: Vec<Value> = r.current_parents.clone();
+    let normalize = |v: &Vec<Value>| -> Vec<Value> {
+        v.iter()
+            .map(|p| {
+                let mut p = p.clone();
+                if let Some(c) = p.get("conditions").cloned() {
+                    let parsed: Vec<Condition> = serde_json::from_value(c).unwrap_or_default();
+                    p["conditions"] = serde_json::to_value(parsed).unwrap_or_default();
+                }
+                p
+            })
+            .collect()
+    };
+    if normalize(&parents) == normalize(&current) {
+        return None;
+    }
+    Some(Write::Route {
+        id: r.id.clone(),
+        resource_version: r.resource_version.clone(),
+        parents,
+    })
+}
+
+fn route_reference(r: &RouteOutcome) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(format!("{GATEWAY_GROUP}/v1")),
+        kind: Some(r.id.kind.as_str().to_owned()),
+        namespace: Some(r.id.key.namespace.clone()),
+        name: Some(r.id.key.name.clone()),
+        ..Default::default()
+    }
+}
+
+fn notice_failures<K>(notices: &mut Vec<Notice>, obj: &K, before: &[Condition], after: &[Condition])
+where
+    K: Resource<DynamicType = ()>,
+{
+    for c in after {
+        let was = before.iter().find(|b| b.type_ == c.type_);
+        if c.status == "False"
+            && c.type_ != "Conflicted"
+            && was.is_none_or(|w| w.status != c.status || w.reason != c.reason)
+        {
+            notices.push(Notice {
+                object: obj.object_ref(&()),
+                warning: true,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            });
+        }
+    }
+}
+
+/// Carries out writes and publishes Events.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    recorder: Recorder,
+}
+
+impl Writer {
+    pub fn new(client: Client, recorder: Recorder) -> Writer {
+        Writer { client, recorder }
+    }
+
+    /// Performs one write; a conflict (the object changed meanwhile) is an error the next round
+    /// resolves.
+    pub async fn write(&self, w: &Write) -> Result<(), kube::Error> {
+        let apply = PatchParams::apply(MANAGER).force();
+        match w {
+            Write::GatewayClass { name, status } => {
+                let api: Api<GatewayClass> = Api::all(self.client.clone());
+                let body = json!({"apiVersion": format!("{GATEWAY_GROUP}/v1"), "kind": "GatewayClass", "status": status});
+                api.patch_status(name, &apply, &Patch::Apply(body)).await?;
+            }
+            Write::ClassFinalizer {
+                name,
+                resource_version,
+                finalizers,
+            } => {
+                let api: Api<GatewayClass> = Api::all(self.client.clone());
+                let body = json!({"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}});
+                api.patch(name, &PatchParams::default(), &Patch::Merge(body))
+                    .await?;
+            }
+            Write::ClassConfig { name, status } => {
+                let api: Api<GatewayClassConfig> = Api::all(self.client.clone());
+                let body = json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayClassConfig", "status": status});
+                api.patch_status(name, &apply, &Patch::Apply(body)).await?;
+            }
+            Write::Gateway { key, status } => {
+                let api: Api<Gateway> = Api::namespaced(self.client.clone(), &key.namespace);
+                let body = json!({"apiVersion": format!("{GATEWAY_GROUP}/v1"), "kind": "Gateway", "status": status});
+                api.patch_status(&key.name, &apply, &Patch::Apply(body))
+                    .await?;
+            }
+            Write::Route {
+                id,
+                resource_version,
+                parents,
+            } => {
+                let body = json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "status": {"parents": parents},
+                });
+                let pp = PatchParams::default();
+                match id.kind {
+                    RouteKind::Http => {
+                        let api: Api<HttpRoute> =
+                            Api::namespaced(self.client.clone(), &id.key.namespace);
+                        api.patch_status(&id.key.name, &pp, &Patch::Merge(body))
+                            .await?;
+                    }
+                    RouteKind::Grpc => {
+                        let api: Api<GrpcRoute> =
+                            Api::namespaced(self.client.clone(), &id.key.namespace);
+                        api.patch_status(&id.key.name, &pp, &Patch::Merge(body))
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes an Event; failures are logged (an Event is advice, not state).
+    pub async fn notify(&self, n: &Notice) {
+        let ev = Event {
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: n.reason.clone(),
+            note: Some(n.message.clone()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &n.object).await {
+            tracing::warn!(reason = %n.reason, error = %e, "could not publish an Event");
+        }
+    }
+
+    /// Publishes a Normal or Warning Event about a route.
+    pub fn route_notice(id: &RouteId, warning: bool, reason: &str, message: String) -> Notice {
+        Notice {
+            object: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(format!("{GATEWAY_GROUP}/v1")),
+                kind: Some(id.kind.as_str().to_owned()),
+                namespace: Some(id.key.namespace.clone()),
+                name: Some(id.key.name.clone()),
+                ..Default::default()
+            },
+            warning,
+            reason: reason.to_owned(),
+            message,
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Ingress sync (TG-3): per tunnel, read the ingress document, plan it with
+//! [`crate::ingress::plan`], and write it only when it changed.
+//!
+//! A tunnel whose hostnames equal those of its last successful sync is not read again until
+//! [`RESYNC_AFTER`] has passed (then it is read, and healed if someone edited it): a steady
+//! cluster costs no API calls per round, and a burst of route changes, coalesced into one round
+//! by the sync loop, costs one GET and at most one PUT per tunnel.
+//!
+//! Each tunnel syncs on its own: one failing tunnel (bad credentials, rate limit, outage) leaves
+//! the others untouched, and only its Gateways' routes are marked Pending.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloudflare_api::{ApiMetrics, Client, RetryPolicy, retry};
+use tokio::sync::Mutex;
+
+use crate::ingress;
+use crate::model::{Credentials, RouteId, TunnelPlan};
+
+/// A tunnel already in sync is read again after this long (drift healing).
+pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+
+/// The result of one tunnel's sync.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TunnelResult {
+    /// Hostnames left out by the rule cap, with the route that brought each.
+    pub overflow: Vec<(String, RouteId)>,
+    /// Rules in the document now (the catch-all included).
+    pub rules: usize,
+    /// Whether a PUT was made.
+    pub wrote: bool,
+}
+
+#[derive(Default)]
+struct TunnelState {
+    synced: Option<(Vec<String>, Instant, usize)>,
+}
+
+/// Syncs tunnels; keeps clients, accounts and what each tunnel was last synced to.
+pub struct TunnelSync {
+    base_url: String,
+    metrics: ApiMetrics,
+    retry: RetryPolicy,
+    clients: Mutex<BTreeMap<String, Client>>,
+    accounts: Mutex<BTreeMap<String, String>>,
+    state: Mutex<BTreeMap<String, Arc<Mutex<TunnelState>>>>,
+}
+
+impl TunnelSync {
+    pub fn new(base_url: impl Into<String>, metrics: ApiMetrics, retry: RetryPolicy) -> Self {
+        Self {
+            base_url: base_url.into(),
+            metrics,
+            retry,
+            clients: Mutex::default(),
+            accounts: Mutex::default(),
+            state: Mutex::default(),
+        }
+    }
+
+    /// Brings `tunnel`'s ingress document to `plan`; the error is what routes will show.
+    pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, String> {
+        let hostnames: Vec<String> = plan.hostnames.iter().map(|(h, _)| h.clone()).collect();
+        let state = self
+            .state
+            .lock()
+            .await
+            .entry(tunnel.to_owned())
+            .or_default()
+            .clone();
+        let mut state = state.lock().await;
+        if let Some((synced, at, rules)) = &state.synced
+            && *synced == hostnames
+            && at.elapsed() < RESYNC_AFTER
+        {
+            return Ok(TunnelResult {
+                overflow: overflow_of(plan, &hostnames),
+                rules: *rules,
+                wrote: false,
+            });
+        }
+        let client = self.client(&plan.credentials).await?;
+        let account = self
+            .account(&client, &plan.credentials)
+            .await
+            .map_err(|e| format!("finding the Cloudflare account: {e}"))?;
+        let sleep = tokio::time::sleep;
+        let current = retry(&self.retry, sleep, || {
+            client.get_tunnel_configuration(&account, tunnel)
+        })
+        .await
+        .map_err(describe)?;
+        let current_doc = current.config;
+        let planned = ingress::plan(&current_doc, &hostnames);
+        let rules = planned
+            .write
+            .as_ref()
+            .map(|d| d.ingress.len())
+            .unwrap_or(current_doc.ingress.len());
+        let wrote = planned.write.is_some();
+        if let Some(doc) = &planned.write {
+            retry(&self.retry, sleep, || {
+                client.put_tunnel_configuration(&account, tunnel, doc)
+            })
+            .await
+            .map_err(describe)?;
+            tracing::info!(tunnel, rules, "tunnel ingress document written");
+        }
+        state.synced = Some((hostnames.clone(), Instant::now(), rules));
+        let overflow = overflow_of(plan, &hostnames);
+        Ok(TunnelResult {
+            overflow,
+            rules,
+            wrote,
+        })
+    }
+
+    /// Forgets tunnels that no Gateway uses any more.
+    pub async fn retain(&self, tunnels: impl Fn(&str) -> bool) {
+        self.state.lock().await.retain(|t, _| tunnels(t));
+    }
+
+    async fn client(&self, creds: &Credentials) -> Result<Client, String> {
+        let mut clients = self.clients.lock().await;
+        if let Some(c) = clients.get(&creds.api_token) {
+            return Ok(c.clone());
+        }
+        let client = Client::builder(creds.api_token.clone())
+            .base_url(self.base_url.clone())
+            .observer(Arc::new(self.metrics.clone()))
+            .build()
+            .map_err(|e| format!("building the Cloudflare client: {e}"))?;
+        clients.insert(creds.api_token.clone(), client.clone());
+        Ok(client)
+    }
+
+    async fn account(&self, client: &Client, creds: &Credentials) -> Result<String, String> {
+        if let Some(a) = &creds.account_id {
+            return Ok(a.clone());
+        }
+        if let Some(a) = self.accounts.lock().await.get(&creds.api_token) {
+            return Ok(a.clone());
+        }
+        let accounts = client.list_accounts().await.map_err(describe)?;
+        match accounts.as_slice() {
+            [one] => {
+                self.accounts
+                    .lock()
+                    .await
+                    .insert(creds.api_token.clone(), one.id.clone());
+                Ok(one.id.clone())
+            }
+            [] => Err(
+                "the API token sees no account; set accountId on the GatewayClassConfig".to_owned(),
+            ),
+            many => Err(format!(
+                "the API token sees {} accounts; set accountId on the GatewayClassConfig",
+                many.len()
+            )),
+        }
+    }
+}
+
+/// Hostnames beyond the cap: the plan's newest, mapped back to their routes.
+fn overflow_of(plan: &TunnelPlan, hostnames: &[String]) -> Vec<(String, RouteId)> {
+    let dry = ingress::plan(&Default::default(), hostnames);
+    dry.overflow
+        .into_iter()
+        .filter_map(|h| {
+            plan.hostnames
+                .iter()
+                .find(|(x, _)| x.trim_end_matches('.').eq_ignore_ascii_case(&h))
+                .map(|(_, r)| (h.clone(), r.clone()))
+        })
+        .collect()
+}
+
+/// A user-facing description of an API failure (class and message, never the token).
+fn describe(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}

@@ -1,0 +1,147 @@
+//! The controller's view of the cluster: one reflector (watch + in-memory store) per kind the
+//! controller reads, and a [`Snapshot`] of all stores taken at the start of each sync round.
+//!
+//! Every watch event wakes the sync loop through one [`Notify`]; the loop debounces, so a burst
+//! of changes becomes one round (and one Cloudflare write per tunnel). Managed fields are dropped
+//! before objects enter a store: the controller never reads them and they are most of an
+//! object's size.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
+use gateway_api::apis::standard::gatewayclasses::GatewayClass;
+use gateway_api::apis::standard::gateways::Gateway;
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use crate::api::{GatewayClassConfig, GatewayConfig};
+
+/// The stores of every watched kind.
+#[derive(Clone)]
+pub struct Stores {
+    gateway_classes: Store<GatewayClass>,
+    gateways: Store<Gateway>,
+    http_routes: Store<HttpRoute>,
+    grpc_routes: Store<GrpcRoute>,
+    reference_grants: Store<ReferenceGrant>,
+    backend_tls_policies: Store<BackendTlsPolicy>,
+    services: Store<Service>,
+    endpoint_slices: Store<EndpointSlice>,
+    secrets: Store<Secret>,
+    config_maps: Store<ConfigMap>,
+    namespaces: Store<Namespace>,
+    class_configs: Store<GatewayClassConfig>,
+    gateway_configs: Store<GatewayConfig>,
+}
+
+/// Everything the controller reads, as of one moment.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub gateway_classes: Vec<Arc<GatewayClass>>,
+    pub gateways: Vec<Arc<Gateway>>,
+    pub http_routes: Vec<Arc<HttpRoute>>,
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    pub reference_grants: Vec<Arc<ReferenceGrant>>,
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    pub services: Vec<Arc<Service>>,
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    pub secrets: Vec<Arc<Secret>>,
+    pub config_maps: Vec<Arc<ConfigMap>>,
+    pub namespaces: Vec<Arc<Namespace>>,
+    pub class_configs: Vec<Arc<GatewayClassConfig>>,
+    pub gateway_configs: Vec<Arc<GatewayConfig>>,
+}
+
+impl Stores {
+    /// Starts a reflector per kind (cluster-wide); each event notifies `changed`.
+    pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
+        Stores {
+            gateway_classes: reflect(client, &changed),
+            gateways: reflect(client, &changed),
+            http_routes: reflect(client, &changed),
+            grpc_routes: reflect(client, &changed),
+            reference_grants: reflect(client, &changed),
+            backend_tls_policies: reflect(client, &changed),
+            services: reflect(client, &changed),
+            endpoint_slices: reflect(client, &changed),
+            secrets: reflect(client, &changed),
+            config_maps: reflect(client, &changed),
+            namespaces: reflect(client, &changed),
+            class_configs: reflect(client, &changed),
+            gateway_configs: reflect(client, &changed),
+        }
+    }
+
+    /// Waits until every store has listed once (before that a snapshot would be partial and the
+    /// controller would, for example, remove hostnames of routes it has not seen yet).
+    pub async fn ready(&self) {
+        // A store's only error is its writer being dropped, which ends the process anyway.
+        let _ = futures::join!(
+            self.gateway_classes.wait_until_ready(),
+            self.gateways.wait_until_ready(),
+            self.http_routes.wait_until_ready(),
+            self.grpc_routes.wait_until_ready(),
+            self.reference_grants.wait_until_ready(),
+            self.backend_tls_policies.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.endpoint_slices.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
+            self.class_configs.wait_until_ready(),
+            self.gateway_configs.wait_until_ready(),
+        );
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            gateway_classes: self.gateway_classes.state(),
+            gateways: self.gateways.state(),
+            http_routes: self.http_routes.state(),
+            grpc_routes: self.grpc_routes.state(),
+            reference_grants: self.reference_grants.state(),
+            backend_tls_policies: self.backend_tls_policies.state(),
+            services: self.services.state(),
+            endpoint_slices: self.endpoint_slices.state(),
+            secrets: self.secrets.state(),
+            config_maps: self.config_maps.state(),
+            namespaces: self.namespaces.state(),
+            class_configs: self.class_configs.state(),
+            gateway_configs: self.gateway_configs.state(),
+        }
+    }
+}
+
+fn reflect<K>(client: &Client, changed: &Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let api: Api<K> = Api::all(client.clone());
+    let changed = changed.clone();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
+            }
+            changed.notify_one();
+        }
+    });
+    reader
+}

@@ -1,0 +1,446 @@
+//! The shared world: control plane, Cloudflare double, shared-plane proxies, backends and the
+//! controller process, plus the helpers tests act and observe with.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cloudflare_double::{CloudflareDouble, TokenScope, TunnelInfo};
+use serde_json::Value;
+use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder, ManagedProcess};
+use tokio::net::TcpListener;
+use tokio::sync::RwLock;
+use tunnel_proxy::admin::{self, AdminOptions};
+use tunnel_proxy::state::State;
+
+pub const SYSTEM_NS: &str = "tunnel-gateway-system";
+pub const CLASS: &str = "cloudflare-tunnel";
+pub const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
+pub const SHARED_TOKEN: &str = "shared-plane-e2e-token";
+const API_TOKEN: &str = "cf-api-token-e2e";
+
+pub struct World {
+    pub cp: &'static ControlPlane,
+    pub double: CloudflareDouble,
+    pub account: String,
+    pub tunnel: TunnelInfo,
+    pub metrics: SocketAddr,
+    /// The shared plane's pods started with the world.
+    pub proxies: Vec<Proxy>,
+    rt: tokio::runtime::Handle,
+    /// Tests that break what every route depends on take this exclusively.
+    pub lock: RwLock<()>,
+    _controller: Mutex<ManagedProcess>,
+}
+
+/// A proxy standing in for one shared-plane pod.
+pub struct Proxy {
+    pub data: SocketAddr,
+    pub admin: SocketAddr,
+    pub state: Arc<State>,
+}
+
+fn spec() -> ControlPlaneBuilder {
+    ControlPlane::builder()
+        .cluster(ClusterSpec::new("gw"))
+        .gateway_api()
+}
+
+pub fn world() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        test_cluster::install_crypto_provider();
+        let cp = test_cluster::shared(spec);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let handle = rt.handle().clone();
+            rt.block_on(async move {
+                let w = start(cp, handle).await;
+                tx.send(w).expect("world receiver");
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().expect("world start thread")
+    })
+}
+
+pub fn cluster() -> &'static Cluster {
+    world().cp.cluster("gw")
+}
+
+async fn start(cp: &'static ControlPlane, rt: tokio::runtime::Handle) -> World {
+    let cluster = cp.cluster("gw");
+    let client = cluster.client().await.expect("client");
+    test_cluster::manifests::apply_crds_yaml(&client, &tunnel_controller::api::crds_yaml())
+        .await
+        .expect("our CRDs");
+
+    let double = CloudflareDouble::start().await.expect("double");
+    let account = double.add_account("e2e").unwrap();
+    let tunnel = double.add_tunnel(&account, "shared").unwrap();
+    double
+        .add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))
+        .unwrap();
+
+    apply_on(
+        cluster,
+        &format!(
+            r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {SYSTEM_NS}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
+stringData: {{api-token: {API_TOKEN}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: tunnel-proxy-auth, namespace: {SYSTEM_NS}}}
+stringData: {{auth-token: {SHARED_TOKEN}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: tunnel-proxy-config, namespace: {SYSTEM_NS}}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  ports: [{{name: config-api, port: 8081}}]
+---
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayClassConfig
+metadata: {{name: {CLASS}}}
+spec:
+  tunnelID: {tunnel}
+  cloudflareCredentialsSecretRef: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {CLASS}}}
+spec:
+  controllerName: {CONTROLLER}
+  parametersRef: {{group: cf.k8s.lex.la, kind: GatewayClassConfig, name: {CLASS}}}
+"#,
+            tunnel = tunnel.tunnel_id
+        ),
+    )
+    .await;
+
+    // Two pods of the shared plane.
+    let mut proxies = Vec::new();
+    for i in 0..2 {
+        let p = start_proxy(SHARED_TOKEN).await;
+        publish_proxy(cluster, &format!("pod-{i}"), &p).await;
+        proxies.push(p);
+    }
+
+    let metrics_port = test_cluster::free_port().unwrap();
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
+    let log = cp.state_dir().join("tunnel-gateway-controller.log");
+    let args: Vec<String> = [
+        "--kubeconfig",
+        &cluster.kubeconfig_path().display().to_string(),
+        "--namespace",
+        SYSTEM_NS,
+        "--identity",
+        "e2e-controller",
+        "--admin-addr",
+        &format!("127.0.0.1:{metrics_port}"),
+        "--cloudflare-api-url",
+        &double.base_url(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let controller = ManagedProcess::spawn("tunnel-gateway-controller", &bin, &args, &log)
+        .expect("controller starts");
+    eprintln!("controller log: {}", log.display());
+
+    World {
+        cp,
+        double,
+        account,
+        tunnel,
+        metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+        proxies,
+        rt,
+        lock: RwLock::new(()),
+        _controller: Mutex::new(controller),
+    }
+}
+
+/// Starts an in-process proxy (data plane + config API with `token`).
+pub async fn start_proxy(token: &str) -> Proxy {
+    let state = Arc::new(State::new());
+    let data = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let p = Proxy {
+        data: data.local_addr().unwrap(),
+        admin: admin_l.local_addr().unwrap(),
+        state: state.clone(),
+    };
+    let router = admin::router(
+        state.clone(),
+        AdminOptions {
+            auth_token: Some(token.to_owned()),
+            connector_ready_url: None,
+        },
+    )
+    .unwrap();
+    tokio::spawn(async move { axum::serve(admin_l, router).await });
+    tokio::spawn(tunnel_proxy::proxy::serve(
+        data,
+        state,
+        std::future::pending(),
+    ));
+    p
+}
+
+/// Starts a proxy on the world's runtime (it outlives the calling test).
+pub async fn spawn_proxy(token: &str) -> Proxy {
+    let token = token.to_owned();
+    world()
+        .rt
+        .spawn(async move { start_proxy(&token).await })
+        .await
+        .unwrap()
+}
+
+/// An EndpointSlice of the shared plane's config Service for `p` (the API server refuses
+/// loopback IPs in slices; the FQDN `127.1` passes and resolves to 127.0.0.1).
+pub async fn publish_proxy(cluster: &Cluster, pod: &str, p: &Proxy) {
+    apply_on(
+        cluster,
+        &format!(
+            r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: tunnel-proxy-config-{pod}
+  namespace: {SYSTEM_NS}
+  labels: {{kubernetes.io/service-name: tunnel-proxy-config}}
+addressType: FQDN
+ports: [{{name: config-api, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: ["127.1"]
+  conditions: {{ready: false}}
+"#,
+            port = p.admin.port()
+        ),
+    )
+    .await;
+}
+
+/// A local HTTP backend answering `<name> <path>`; runs on the world's runtime.
+pub async fn spawn_backend(name: &str) -> u16 {
+    let name = name.to_owned();
+    world()
+        .rt
+        .spawn(async move {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = l.local_addr().unwrap().port();
+            let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+                let name = name.clone();
+                async move { format!("{name} {}", uri.path()) }
+            });
+            tokio::spawn(async move { axum::serve(l, app).await });
+            port
+        })
+        .await
+        .unwrap()
+}
+
+/// A Service `name` (port 80, `http`) in `ns` whose EndpointSlice points at a local port.
+pub fn service_yaml(ns: &str, name: &str, port: u16) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: FQDN
+ports: [{{name: http, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: ["127.1"]
+  conditions: {{ready: true}}
+"#
+    )
+}
+
+/// A namespace with a Gateway `gw` of our class (one HTTP listener, routes from all namespaces).
+pub fn namespace_with_gateway(ns: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: {ns}}}
+spec:
+  gatewayClassName: {CLASS}
+  listeners:
+  - name: http
+    protocol: HTTP
+    port: 80
+    allowedRoutes: {{namespaces: {{from: All}}}}
+"#
+    )
+}
+
+pub fn http_route(ns: &str, name: &str, host: &str, backend_ns: &str, backend: &str) -> String {
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: gw, namespace: {ns}}}]
+  hostnames: ["{host}"]
+  rules:
+  - backendRefs: [{{name: {backend}, namespace: {backend_ns}, port: 80}}]
+"#
+    )
+}
+
+pub async fn apply_on(cluster: &Cluster, yaml: &str) {
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], yaml)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl apply failed: {e}\n{yaml}"));
+}
+
+pub async fn apply(yaml: &str) {
+    apply_on(cluster(), yaml).await
+}
+
+pub async fn kubectl(args: &[&str]) -> String {
+    cluster()
+        .kubectl_ok(args)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {args:?} failed: {e}"))
+}
+
+pub async fn get_json(args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&kubectl(&a).await).expect("kubectl JSON")
+}
+
+/// Polls `probe` until it returns `Some`, or panics with `what` and the last observation.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < timeout {
+        match probe().await {
+            Ok(v) => return v,
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {what}; last seen: {last}\ncontroller log:\n{}",
+        test_cluster::tail_file(
+            &world().cp.state_dir().join("tunnel-gateway-controller.log"),
+            40
+        )
+    );
+}
+
+/// Our parent entry's condition `type_` on a route: (status, reason, message).
+pub async fn route_condition(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let r = get_json(&[kind, name, "-n", ns]).await;
+    let parents = r["status"]["parents"].as_array()?.clone();
+    let ours = parents.iter().find(|p| p["controllerName"] == CONTROLLER)?;
+    let c = ours["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["reason"].as_str()?.to_owned(),
+        c["message"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// Waits for a route condition with this status and reason; returns its message.
+pub async fn wait_route_condition(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    eventually(
+        &format!("{kind} {ns}/{name} {type_}={status}/{reason}"),
+        Duration::from_secs(60),
+        || async {
+            match route_condition(kind, ns, name, type_).await {
+                Some((s, r, m)) if s == status && r == reason => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// GET through one proxy with a Host header: (status, body).
+pub async fn get_via(proxy: SocketAddr, host: &str, path: &str) -> Result<(u16, String), String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("http://{proxy}{path}"))
+        .header("host", host)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status().as_u16();
+    Ok((status, r.text().await.unwrap_or_default()))
+}
+
+/// The hostnames of the tunnel's ingress document (catch-all excluded) and its PUT count.
+pub fn ingress_hostnames() -> (Vec<String>, u64) {
+    let w = world();
+    let (doc, _) = w
+        .double
+        .configuration(&w.account, &w.tunnel.tunnel_id)
+        .unwrap();
+    let hosts = doc
+        .as_ref()
+        .and_then(|d| d["ingress"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| r["hostname"].as_str().map(str::to_owned))
+        .collect();
+    (hosts, w.double.put_count(&w.tunnel.tunnel_id))
+}
