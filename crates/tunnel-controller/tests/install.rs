@@ -1,0 +1,785 @@
+//! The install manifests under `deploy/tunnel-gateway/` against a real API server with the
+//! Gateway API CRDs: the kustomization applies (server-side dry run, then for real, within the
+//! namespace's restricted Pod Security level), its pieces name each other consistently, the
+//! examples and the guide's manifests are accepted, and the controller's RBAC allows every call
+//! the controller makes and none of what it must not do.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder};
+use tokio::sync::OnceCell;
+
+const NAMESPACE: &str = "tunnel-gateway-system";
+const ACCOUNT: &str = "system:serviceaccount:tunnel-gateway-system:tunnel-gateway-controller";
+
+fn spec() -> ControlPlaneBuilder {
+    ControlPlane::builder()
+        .cluster(ClusterSpec::new("install"))
+        .gateway_api()
+}
+
+fn cp() -> &'static ControlPlane {
+    test_cluster::install_crypto_provider();
+    test_cluster::shared(spec)
+}
+
+fn cluster() -> &'static Cluster {
+    cp().cluster("install")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn deploy_dir() -> PathBuf {
+    repo_root().join("deploy/tunnel-gateway")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// kubectl as admin: (success, stdout, stderr).
+async fn kubectl(args: &[&str], input: Option<&str>) -> (bool, String, String) {
+    use std::process::Stdio;
+    use tokio::io::AsyncWriteExt;
+    let mut child = cluster()
+        .kubectl()
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(input.as_bytes()).await.unwrap();
+    }
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn kubectl_ok(args: &[&str]) -> String {
+    cluster()
+        .kubectl_ok(args)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+/// What installing printed: the server-side dry run's stdout, then the real apply's stderr.
+struct Installed {
+    dry_run: String,
+    apply_stderr: String,
+}
+
+/// Installs once per test binary: the project CRDs and the namespace first (a dry run cannot
+/// create objects of a CRD, nor in a namespace, that it has not created), the kustomization
+/// with a server-side dry run, then for real.
+async fn installed() -> &'static Installed {
+    static INSTALLED: OnceCell<Installed> = OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let admin = cluster().client().await.unwrap();
+            test_cluster::manifests::apply_crds_yaml(
+                &admin,
+                &read(&deploy_dir().join("crds.yaml")),
+            )
+            .await
+            .unwrap();
+            test_cluster::manifests::apply_yaml(
+                &admin,
+                &read(&deploy_dir().join("namespace.yaml")),
+                "default",
+            )
+            .await
+            .unwrap();
+            let dir = deploy_dir();
+            let dir = dir.to_str().unwrap();
+            let (ok, dry_run, stderr) =
+                kubectl(&["apply", "-k", dir, "--dry-run=server"], None).await;
+            assert!(ok, "kubectl apply -k --dry-run=server failed: {stderr}");
+            let (ok, _, apply_stderr) = kubectl(&["apply", "-k", dir], None).await;
+            assert!(ok, "kubectl apply -k failed: {apply_stderr}");
+            Installed {
+                dry_run,
+                apply_stderr,
+            }
+        })
+        .await
+}
+
+#[tokio::test]
+async fn the_kustomization_applies_with_server_dry_run() {
+    let _logs = cp().logs_on_failure();
+    let out = &installed().await.dry_run;
+    for object in [
+        "customresourcedefinition.apiextensions.k8s.io/gatewayclassconfigs.cf.k8s.lex.la",
+        "customresourcedefinition.apiextensions.k8s.io/gatewayconfigs.cf.k8s.lex.la",
+        "namespace/tunnel-gateway-system",
+        "serviceaccount/tunnel-gateway-controller",
+        "clusterrole.rbac.authorization.k8s.io/tunnel-gateway-controller",
+        "clusterrolebinding.rbac.authorization.k8s.io/tunnel-gateway-controller",
+        "role.rbac.authorization.k8s.io/tunnel-gateway-controller-leader-election",
+        "rolebinding.rbac.authorization.k8s.io/tunnel-gateway-controller-leader-election",
+        "deployment.apps/tunnel-gateway-controller",
+        "deployment.apps/tunnel-proxy",
+        "service/tunnel-proxy-config",
+        "networkpolicy.networking.k8s.io/tunnel-proxy",
+        "poddisruptionbudget.policy/tunnel-proxy",
+        "gatewayclass.gateway.networking.k8s.io/cloudflare-tunnel",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{object} ")))
+            .unwrap_or_else(|| panic!("no {object} in the dry run:\n{out}"));
+        assert!(line.ends_with("(server dry run)"), "{line}");
+    }
+    // The GatewayClass is cluster-scoped although kustomize gave it the namespace.
+    let class = kubectl_ok(&["get", "gatewayclass", "cloudflare-tunnel", "-o", "json"]).await;
+    let class: Value = serde_json::from_str(&class).unwrap();
+    assert!(class["metadata"].get("namespace").is_none(), "{class}");
+}
+
+#[tokio::test]
+async fn the_pods_meet_the_restricted_pod_security_standard() {
+    let _logs = cp().logs_on_failure();
+    let stderr = &installed().await.apply_stderr;
+    assert!(!stderr.contains("PodSecurity"), "{stderr}");
+    // The namespace does warn: a privileged pod template is reported.
+    let (ok, _, stderr) = kubectl(
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: loose, namespace: tunnel-gateway-system}\n\
+             spec:\n  selector: {matchLabels: {app: loose}}\n  template:\n    metadata: {labels: {app: loose}}\n    \
+             spec:\n      containers:\n      - {name: c, image: example/c:1, securityContext: {privileged: true}}\n",
+        ),
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("would violate PodSecurity \"restricted"),
+        "{stderr}"
+    );
+}
+
+/// Every object `kubectl kustomize` renders.
+async fn rendered() -> Vec<Value> {
+    let yaml = kubectl_ok(&["kustomize", deploy_dir().to_str().unwrap()]).await;
+    serde_saphyr::from_multiple(&yaml).unwrap()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the kustomization"))
+}
+
+fn container<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no env {name} in {}", container["name"]))
+}
+
+/// Whether every key/value of `selector` is among `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let selector = selector.as_object().unwrap();
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn port_number(container: &Value, name: &str) -> u64 {
+    container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["containerPort"].as_u64())
+        .unwrap_or_else(|| panic!("no port {name} on {}", container["name"]))
+}
+
+fn seconds(duration: &Value) -> u64 {
+    duration
+        .as_str()
+        .and_then(|d| d.strip_suffix('s'))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("{duration} is not whole seconds"))
+}
+
+#[tokio::test]
+async fn the_controller_deployment_runs_as_the_interface_expects() {
+    let objects = rendered().await;
+    let deployment = find(&objects, "Deployment", "tunnel-gateway-controller");
+    assert_eq!(deployment["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "tunnel-gateway-controller");
+    let c = container(deployment, "controller");
+    assert_eq!(
+        c["image"],
+        "ghcr.io/kube-tenancy/tunnel-gateway-controller:0.1.0"
+    );
+    for (var, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        assert_eq!(env(c, var)["valueFrom"]["fieldRef"]["fieldPath"], field);
+    }
+    assert_eq!(
+        env(c, "CF_PROXY_IMAGE")["value"],
+        "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0"
+    );
+    let connector = env(c, "CF_CONNECTOR_IMAGE")["value"].as_str().unwrap();
+    assert!(
+        connector.starts_with("cloudflare/cloudflared:20"),
+        "{connector}"
+    );
+    // --admin-addr defaults to 0.0.0.0:8080: both probes there.
+    assert_eq!(port_number(c, "admin"), 8080);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "admin");
+    assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
+    assert_hardened(pod, c);
+    // The ClusterRoleBinding and the RoleBinding bind exactly this account.
+    for (kind, name) in [
+        ("ClusterRoleBinding", "tunnel-gateway-controller"),
+        ("RoleBinding", "tunnel-gateway-controller-leader-election"),
+    ] {
+        let subjects = &find(&objects, kind, name)["subjects"];
+        assert_eq!(
+            subjects,
+            &serde_json::json!([{"kind": "ServiceAccount", "name": "tunnel-gateway-controller", "namespace": NAMESPACE}]),
+            "{kind} {name}"
+        );
+    }
+}
+
+fn assert_hardened(pod: &Value, c: &Value) {
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{pod}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{}", c["name"]);
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{}", c["name"]);
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{}",
+        c["name"]
+    );
+}
+
+#[tokio::test]
+async fn the_shared_plane_pieces_fit_together() {
+    let objects = rendered().await;
+    let deployment = find(&objects, "Deployment", "tunnel-proxy");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let proxy = container(deployment, "proxy");
+    let cloudflared = container(deployment, "cloudflared");
+    assert_eq!(proxy["image"], "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0");
+    assert_hardened(pod, proxy);
+    assert_hardened(pod, cloudflared);
+
+    // Traffic only through the connector: the data-plane port is on loopback.
+    assert_eq!(env(proxy, "TUNNEL_PROXY_LISTEN")["value"], "127.0.0.1:8080");
+    assert_eq!(port_number(proxy, "http"), 8080);
+    assert_eq!(port_number(proxy, "config-api"), 8081);
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], "config-api");
+    assert_eq!(proxy["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(proxy["livenessProbe"]["httpGet"]["port"], "config-api");
+
+    // The config-API token is the Secret the controller creates (--shared-plane-auth-secret).
+    assert_eq!(
+        env(proxy, "PROXY_AUTH_TOKEN")["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "tunnel-proxy-auth", "key": "auth-token"})
+    );
+    // Both containers run on the same connector token: cloudflared dials with it, the proxy's
+    // readiness waits for the connector because of it.
+    let token = serde_json::json!({"name": "cloudflare-tunnel-token", "key": "tunnel-token"});
+    assert_eq!(
+        env(proxy, "TUNNEL_TOKEN")["valueFrom"]["secretKeyRef"],
+        token
+    );
+    assert_eq!(
+        env(cloudflared, "TUNNEL_TOKEN")["valueFrom"]["secretKeyRef"],
+        token
+    );
+
+    // The proxy's connector-readiness URL is cloudflared's metrics address.
+    let image = cloudflared["image"].as_str().unwrap();
+    let tag = image.strip_prefix("cloudflare/cloudflared:").unwrap();
+    assert!(tag.starts_with("20") && tag != "latest", "{image}");
+    let args: Vec<&str> = cloudflared["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[..2], ["tunnel", "--no-autoupdate"], "{args:?}");
+    assert_eq!(args.last(), Some(&"run"), "{args:?}");
+    let metrics = args[args.iter().position(|a| *a == "--metrics").unwrap() + 1];
+    assert_eq!(
+        env(proxy, "TUNNEL_PROXY_CONNECTOR_READY_URL")["value"],
+        format!("http://{metrics}/ready")
+    );
+
+    // The pod outlives the proxy's grace period plus its drain timeout.
+    let drain = seconds(&env(proxy, "PROXY_GRACE_PERIOD")["value"])
+        + seconds(&env(proxy, "PROXY_DRAIN_TIMEOUT")["value"]);
+    let termination = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(termination > drain, "{termination} s <= {drain} s");
+
+    // The config Service (--shared-plane-service) lists every proxy pod, ready or not.
+    let service = find(&objects, "Service", "tunnel-proxy-config");
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
+    assert!(selects(&service["spec"]["selector"], labels));
+    assert_eq!(
+        service["spec"]["ports"],
+        serde_json::json!([{"name": "config-api", "port": 8081, "targetPort": "config-api", "protocol": "TCP"}])
+    );
+
+    // Only the controller's pods, by labels and namespace, reach 8081; nothing else is allowed.
+    let controller = find(&objects, "Deployment", "tunnel-gateway-controller");
+    let policy = find(&objects, "NetworkPolicy", "tunnel-proxy");
+    assert!(selects(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        labels
+    ));
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    assert_eq!(
+        ingress[0]["ports"],
+        serde_json::json!([{"protocol": "TCP", "port": 8081}])
+    );
+    let from = ingress[0]["from"].as_array().unwrap();
+    assert_eq!(from.len(), 1, "one peer holding both selectors: {from:?}");
+    assert!(selects(
+        &from[0]["podSelector"]["matchLabels"],
+        &controller["spec"]["template"]["metadata"]["labels"]
+    ));
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"],
+        serde_json::json!({"kubernetes.io/metadata.name": controller["metadata"]["namespace"]})
+    );
+
+    let class = find(&objects, "GatewayClass", "cloudflare-tunnel");
+    assert_eq!(
+        class["spec"]["controllerName"],
+        "cf.k8s.lex.la/tunnel-controller"
+    );
+    assert_eq!(
+        class["spec"]["parametersRef"],
+        serde_json::json!({"group": "cf.k8s.lex.la", "kind": "GatewayClassConfig", "name": "cloudflare-tunnel"})
+    );
+}
+
+/// The YAML blocks of the guide, each a complete manifest (fences may be indented in a list).
+fn guide_manifests() -> Vec<String> {
+    let guide = read(&repo_root().join("docs/tunnel-gateway.md"));
+    let mut blocks = Vec::new();
+    // The block so far and its fence's indentation.
+    let mut current: Option<(String, usize)> = None;
+    for line in guide.lines() {
+        let indent = line.len() - line.trim_start().len();
+        match (&mut current, line.trim()) {
+            (None, "```yaml") => current = Some((String::new(), indent)),
+            (Some((block, _)), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some((block, fence)), _) => {
+                block.push_str(line.get(*fence..).unwrap_or_default());
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[tokio::test]
+async fn the_examples_and_the_guide_manifests_are_accepted() {
+    let _logs = cp().logs_on_failure();
+    installed().await;
+    let admin = cluster().client().await.unwrap();
+    let examples = deploy_dir().join("examples");
+    let mut manifests: Vec<(String, String)> =
+        ["secrets.yaml", "gatewayclassconfig.yaml", "routes.yaml"]
+            .iter()
+            .map(|f| (format!("examples/{f}"), read(&examples.join(f))))
+            .collect();
+    let guide = guide_manifests();
+    assert!(
+        guide.len() >= 4,
+        "the guide shows {} manifests",
+        guide.len()
+    );
+    manifests.extend(
+        guide
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| (format!("docs/tunnel-gateway.md yaml block {}", i + 1), m)),
+    );
+    for (name, yaml) in manifests {
+        let applied = test_cluster::manifests::apply_yaml(&admin, &yaml, "default")
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{yaml}"));
+        assert!(!applied.is_empty(), "{name} holds no object");
+    }
+    // What the examples made: the class parameters and the cross-namespace route.
+    let config = kubectl_ok(&[
+        "get",
+        "gcconfig",
+        "cloudflare-tunnel",
+        "-o",
+        "jsonpath={.spec.tunnelID}",
+    ])
+    .await;
+    assert_eq!(config, "6ff42ae2-765d-4adf-8112-31c55c1551ef");
+    let backend = kubectl_ok(&[
+        "get",
+        "httproute",
+        "storefront",
+        "-n",
+        "shop",
+        "-o",
+        "jsonpath={.spec.rules[0].backendRefs[0].namespace}",
+    ])
+    .await;
+    assert_eq!(backend, "catalog");
+}
+
+/// `kubectl auth can-i` as the controller's ServiceAccount: true for "yes".
+async fn can_i(args: &[&str]) -> bool {
+    let mut full = vec!["auth", "can-i", "--as", ACCOUNT];
+    full.extend_from_slice(args);
+    let (_, out, err) = kubectl(&full, None).await;
+    let answer = out.trim();
+    assert!(
+        answer == "yes" || answer == "no",
+        "kubectl auth can-i {}: {answer} {err}",
+        args.join(" ")
+    );
+    answer == "yes"
+}
+
+const GATEWAY_API: &[&str] = &[
+    "gatewayclasses.gateway.networking.k8s.io",
+    "gateways.gateway.networking.k8s.io",
+    "httproutes.gateway.networking.k8s.io",
+    "grpcroutes.gateway.networking.k8s.io",
+    "referencegrants.gateway.networking.k8s.io",
+    "backendtlspolicies.gateway.networking.k8s.io",
+];
+
+const WATCHED_CORE: &[&str] = &[
+    "services",
+    "endpointslices.discovery.k8s.io",
+    "secrets",
+    "configmaps",
+    "namespaces",
+    "gatewayclassconfigs.cf.k8s.lex.la",
+    "gatewayconfigs.cf.k8s.lex.la",
+];
+
+const STATUS_WRITTEN: &[&str] = &[
+    "gatewayclasses.gateway.networking.k8s.io",
+    "gateways.gateway.networking.k8s.io",
+    "httproutes.gateway.networking.k8s.io",
+    "grpcroutes.gateway.networking.k8s.io",
+    "backendtlspolicies.gateway.networking.k8s.io",
+    "gatewayclassconfigs.cf.k8s.lex.la",
+];
+
+const DEDICATED_PLANE: &[&str] = &[
+    "deployments.apps",
+    "services",
+    "networkpolicies.networking.k8s.io",
+    "horizontalpodautoscalers.autoscaling",
+];
+
+/// Every API call of the controller, as `kubectl auth can-i` arguments.
+fn controller_calls() -> Vec<Vec<String>> {
+    let owned = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut calls = Vec::new();
+    // Watched cluster-wide.
+    for resource in GATEWAY_API.iter().chain(WATCHED_CORE) {
+        for verb in ["get", "list", "watch"] {
+            calls.push(owned(&[verb, resource, "--all-namespaces"]));
+        }
+    }
+    // Status of the objects it reconciles, in any namespace.
+    for resource in STATUS_WRITTEN {
+        calls.push(owned(&[
+            "patch",
+            resource,
+            "--subresource=status",
+            "-n",
+            "team-a",
+        ]));
+    }
+    // The GatewayClass finalizer.
+    calls.push(owned(&[
+        "patch",
+        "gatewayclasses.gateway.networking.k8s.io/cloudflare-tunnel",
+    ]));
+    // Events on Gateways and routes.
+    calls.push(owned(&["create", "events.events.k8s.io", "-n", "team-a"]));
+    calls.push(owned(&["patch", "events.events.k8s.io", "-n", "team-a"]));
+    // The shared plane's auth Secret and a dedicated plane's.
+    calls.push(owned(&["create", "secrets", "-n", NAMESPACE]));
+    calls.push(owned(&["create", "secrets", "-n", "team-a"]));
+    // Dedicated planes in Gateway namespaces.
+    for resource in DEDICATED_PLANE {
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            calls.push(owned(&[verb, resource, "-n", "team-a"]));
+        }
+    }
+    // Leader election in its own namespace.
+    calls.push(owned(&[
+        "create",
+        "leases.coordination.k8s.io",
+        "-n",
+        NAMESPACE,
+    ]));
+    for verb in ["get", "update", "patch"] {
+        calls.push(owned(&[
+            verb,
+            "leases.coordination.k8s.io/tunnel-gateway-controller",
+            "-n",
+            NAMESPACE,
+        ]));
+    }
+    calls
+}
+
+#[tokio::test]
+async fn the_controller_account_can_make_every_call_of_the_controller() {
+    let _logs = cp().logs_on_failure();
+    installed().await;
+    let mut refused = Vec::new();
+    for call in controller_calls() {
+        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+        if !can_i(&args).await {
+            refused.push(call.join(" "));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "refused to the controller: {refused:#?}"
+    );
+}
+
+/// What the controller's account must not do.
+const DENIED: &[&[&str]] = &[
+    // Secrets: created and read, never rewritten or removed.
+    &["update", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
+    &["patch", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
+    &["delete", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
+    &["update", "secrets", "-n", "team-a"],
+    &["delete", "secrets", "-n", "team-a"],
+    &["deletecollection", "secrets", "-n", "team-a"],
+    // No pods, no exec, no logs, no tokens.
+    &["get", "pods", "--all-namespaces"],
+    &["list", "pods", "--all-namespaces"],
+    &["create", "pods", "-n", "team-a"],
+    &["create", "pods", "--subresource=exec", "-n", NAMESPACE],
+    &["get", "pods", "--subresource=log", "-n", NAMESPACE],
+    &[
+        "create",
+        "serviceaccounts",
+        "--subresource=token",
+        "-n",
+        NAMESPACE,
+    ],
+    // Leases only its own, only in its namespace.
+    &[
+        "update",
+        "leases.coordination.k8s.io/tunnel-gateway-controller",
+        "-n",
+        "kube-system",
+    ],
+    &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
+    &[
+        "update",
+        "leases.coordination.k8s.io/kube-scheduler",
+        "-n",
+        NAMESPACE,
+    ],
+    &[
+        "delete",
+        "leases.coordination.k8s.io/tunnel-gateway-controller",
+        "-n",
+        NAMESPACE,
+    ],
+    // CRDs.
+    &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+    &[
+        "update",
+        "customresourcedefinitions.apiextensions.k8s.io/gatewayclassconfigs.cf.k8s.lex.la",
+    ],
+    &[
+        "patch",
+        "customresourcedefinitions.apiextensions.k8s.io/gatewayclassconfigs.cf.k8s.lex.la",
+    ],
+    &[
+        "delete",
+        "customresourcedefinitions.apiextensions.k8s.io/gatewayclassconfigs.cf.k8s.lex.la",
+    ],
+    // RBAC.
+    &[
+        "create",
+        "rolebindings.rbac.authorization.k8s.io",
+        "-n",
+        NAMESPACE,
+    ],
+    &[
+        "update",
+        "rolebindings.rbac.authorization.k8s.io/tunnel-gateway-controller-leader-election",
+        "-n",
+        NAMESPACE,
+    ],
+    &[
+        "patch",
+        "rolebindings.rbac.authorization.k8s.io/tunnel-gateway-controller-leader-election",
+        "-n",
+        NAMESPACE,
+    ],
+    &[
+        "delete",
+        "rolebindings.rbac.authorization.k8s.io/tunnel-gateway-controller-leader-election",
+        "-n",
+        NAMESPACE,
+    ],
+    &[
+        "create",
+        "rolebindings.rbac.authorization.k8s.io",
+        "-n",
+        "team-a",
+    ],
+    &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+    &[
+        "escalate",
+        "clusterroles.rbac.authorization.k8s.io/tunnel-gateway-controller",
+    ],
+    &[
+        "bind",
+        "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+    ],
+    &["impersonate", "users"],
+    // The users' own objects: only their status.
+    &[
+        "update",
+        "gateways.gateway.networking.k8s.io",
+        "-n",
+        "team-a",
+    ],
+    &[
+        "delete",
+        "gateways.gateway.networking.k8s.io",
+        "-n",
+        "team-a",
+    ],
+    &[
+        "create",
+        "httproutes.gateway.networking.k8s.io",
+        "-n",
+        "team-a",
+    ],
+    &[
+        "patch",
+        "httproutes.gateway.networking.k8s.io",
+        "-n",
+        "team-a",
+    ],
+    &["patch", "gatewayconfigs.cf.k8s.lex.la", "-n", "team-a"],
+    &[
+        "delete",
+        "gatewayclassconfigs.cf.k8s.lex.la/cloudflare-tunnel",
+    ],
+    &["patch", "configmaps", "-n", "team-a"],
+    &["delete", "namespaces/team-a"],
+    &["get", "nodes"],
+];
+
+#[tokio::test]
+async fn the_controller_account_cannot_do_more() {
+    let _logs = cp().logs_on_failure();
+    installed().await;
+    let mut allowed = Vec::new();
+    for args in DENIED {
+        if can_i(args).await {
+            allowed.push(args.join(" "));
+        }
+    }
+    assert!(
+        allowed.is_empty(),
+        "allowed to the controller: {allowed:#?}"
+    );
+
+    // No wildcard anywhere in its roles.
+    for (kind, namespace, name) in [
+        ("clusterrole", None, "tunnel-gateway-controller"),
+        (
+            "role",
+            Some(NAMESPACE),
+            "tunnel-gateway-controller-leader-election",
+        ),
+    ] {
+        let mut args = vec!["get", kind, name, "-o", "json"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        let role: Value = serde_json::from_str(&kubectl_ok(&args).await).unwrap();
+        let rules = role["rules"].as_array().unwrap();
+        assert!(!rules.is_empty(), "{kind} {name} has no rules");
+        for rule in rules {
+            assert!(
+                rule.get("nonResourceURLs").is_none(),
+                "{kind} {name}: {rule}"
+            );
+            for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
+                for value in rule[field].as_array().into_iter().flatten() {
+                    assert!(
+                        !value.as_str().unwrap().contains('*'),
+                        "{kind} {name} has a wildcard in {field}: {rule}"
+                    );
+                }
+            }
+        }
+    }
+}
