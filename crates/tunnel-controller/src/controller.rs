@@ -80,10 +80,9 @@ impl Controller {
         }
     }
 
-    /// Runs rounds while `leader` is true; returns when `leader`'s sender is gone.
+    /// Runs rounds while `leader` is true; returns when `leader`'s sender is gone. Call it once
+    /// [`Stores::ready`] has returned.
     pub async fn run(&self, mut leader: watch::Receiver<bool>) {
-        self.stores.ready().await;
-        tracing::info!("caches synced");
         let mut backoff = Duration::from_millis(500);
         let mut retry_at: Option<Instant> = None;
         loop {

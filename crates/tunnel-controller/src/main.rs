@@ -180,18 +180,13 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
-    let run = {
-        let controller = controller.clone();
-        tokio::spawn(async move { controller.run(leader_rx).await })
-    };
-    {
-        let stores = stores.clone();
-        let readiness = readiness.clone();
-        tokio::spawn(async move {
-            stores.ready().await;
-            readiness.set_ready();
-        });
-    }
+    // One waiter on the stores: kube-runtime's readiness latch wakes a single waiter.
+    let run = tokio::spawn(async move {
+        stores.ready().await;
+        tracing::info!("caches synced");
+        readiness.set_ready();
+        controller.run(leader_rx).await
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

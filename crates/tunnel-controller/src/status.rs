@@ -38,6 +38,9 @@ pub const MANAGER: &str = "tunnel-gateway-controller";
 /// Condition type on routes with hostnames beyond the 1,000-rule cap of their tunnel.
 pub const INGRESS_RULE_LIMIT: &str = "cf.k8s.lex.la/IngressRuleLimit";
 
+/// The Event reason when a tunnel's ingress sync fails (its routes and Gateways say Pending).
+pub const CLOUDFLARE_SYNC_FAILED: &str = "CloudflareSyncFailed";
+
 /// What the round's I/O found.
 #[derive(Debug, Clone, Default)]
 pub struct Effects {
@@ -178,7 +181,13 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             generation,
             &now,
         );
+        let first = notices.len();
         notice_failures(&mut notices, gw.as_ref(), &current_conditions, &conditions);
+        for n in &mut notices[first..] {
+            if n.reason == "Pending" {
+                n.reason = CLOUDFLARE_SYNC_FAILED.to_owned();
+            }
+        }
         let current_listeners = current.listeners.clone().unwrap_or_default();
         let listeners: Vec<GatewayStatusListeners> = g
             .listeners
@@ -256,10 +265,12 @@ fn route_write(
         let mut verdicts = p.verdicts.clone();
         let gw = model.gateways.get(&p.gateway);
         let attached = p.hostnames.is_some();
+        let mut sync_failed = false;
         if attached
             && let Some(tunnel) = gw.and_then(|g| g.tunnel.as_ref())
             && let Some(err) = effects.tunnel_errors.get(tunnel)
         {
+            sync_failed = true;
             verdicts[0] = Verdict::fail(
                 "Accepted",
                 "Pending",
@@ -270,7 +281,7 @@ fn route_write(
             verdicts.push(Verdict::new(
                 INGRESS_RULE_LIMIT,
                 true,
-                "RuleLimitExceeded",
+                "IngressRuleLimitExceeded",
                 format!(
                     "the tunnel's ingress document holds at most 1,000 rules; left out (newest routes first): {}",
                     hosts.join(", ")
@@ -300,10 +311,15 @@ fn route_write(
             let was = before.iter().find(|b| b.type_ == c.type_);
             let failing = c.status == "False" || c.type_ == INGRESS_RULE_LIMIT;
             if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
+                let reason = if sync_failed && c.type_ == "Accepted" {
+                    CLOUDFLARE_SYNC_FAILED.to_owned()
+                } else {
+                    c.reason.clone()
+                };
                 notices.push(Notice {
                     object: reference.clone(),
                     warning: true,
-                    reason: c.reason.clone(),
+                    reason,
                     message: format!("parent {}: {}", p.gateway, c.message),
                 });
             }

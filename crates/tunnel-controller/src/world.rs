@@ -83,7 +83,8 @@ impl Stores {
     }
 
     /// Waits until every store has listed once (before that a snapshot would be partial and the
-    /// controller would, for example, remove hostnames of routes it has not seen yet).
+    /// controller would, for example, remove hostnames of routes it has not seen yet). Await it
+    /// from one task only: with two waiters, one was observed never to wake.
     pub async fn ready(&self) {
         // A store's only error is its writer being dropped, which ends the process anyway.
         let _ = futures::join!(

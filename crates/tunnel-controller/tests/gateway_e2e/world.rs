@@ -133,6 +133,15 @@ spec:
     )
     .await;
 
+    // The controller runs with exactly the install's RBAC, as its ServiceAccount.
+    apply_on(cluster, include_str!("../../../../deploy/tunnel-gateway/rbac.yaml")).await;
+    let controller_kubeconfig = cluster
+        .kubeconfig_for(
+            &format!("system:serviceaccount:{SYSTEM_NS}:tunnel-gateway-controller"),
+            &["system:serviceaccounts", &format!("system:serviceaccounts:{SYSTEM_NS}")],
+        )
+        .expect("controller kubeconfig");
+
     // Two pods of the shared plane.
     let mut proxies = Vec::new();
     for i in 0..2 {
@@ -146,7 +155,7 @@ spec:
     let log = cp.state_dir().join("tunnel-gateway-controller.log");
     let args: Vec<String> = [
         "--kubeconfig",
-        &cluster.kubeconfig_path().display().to_string(),
+        &controller_kubeconfig.display().to_string(),
         "--namespace",
         SYSTEM_NS,
         "--identity",
