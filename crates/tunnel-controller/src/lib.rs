@@ -9,6 +9,8 @@
 //! - [`hostnames`]: listener and route hostname intersection (TG-5, Gateway API).
 //! - [`ingress`]: a tunnel's ingress document from the hostnames of its routes (TG-3).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
+//! - [`translate`]: one route's rules → data-plane config rules, with the verdicts about its
+//!   backends, filters and BackendTLSPolicies (TG-5).
 
 pub mod api;
 pub mod conditions;
@@ -16,3 +18,4 @@ pub mod grants;
 pub mod hostnames;
 pub mod ingress;
 pub mod push;
+pub mod translate;
