@@ -13,7 +13,7 @@ use std::sync::Arc;
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use tunnel_proxy::config::{self, BackendProtocol, BackendTls};
@@ -213,7 +213,7 @@ impl BackendIndex {
             return Err((
                 "InvalidKind",
                 format!(
-                    "kind {group}/{} is not supported, only core Services are",
+                    "kind {group}/{} is not supported, reference a core Service",
                     r.kind
                 ),
             ));
@@ -234,35 +234,48 @@ impl BackendIndex {
             return Err((
                 "RefNotPermitted",
                 format!(
-                    "no ReferenceGrant in namespace {namespace} allows {}s from namespace {} to reference Service {}",
-                    from.kind, from.namespace, r.name
+                    "no ReferenceGrant in namespace {namespace} allows {}s from namespace {} to reference Service {} (create one there, or use a Service of namespace {})",
+                    from.kind, from.namespace, r.name, from.namespace
                 ),
             ));
         }
         let Some(port) = r.port else {
             return Err((
                 "UnsupportedValue",
-                "port is required for a Service backend".to_owned(),
+                "port is required for a Service backend (set the Service port)".to_owned(),
             ));
         };
         let Some(svc) = self.services.get(&key(namespace, r.name)) else {
             return Err((
                 "BackendNotFound",
-                format!("Service {namespace}/{} not found", r.name),
+                format!(
+                    "Service {namespace}/{} not found (create it, or fix the reference)",
+                    r.name
+                ),
             ));
         };
-        let spec = svc.spec.clone().unwrap_or_default();
+        let no_spec = ServiceSpec::default();
+        let spec = svc.spec.as_ref().unwrap_or(&no_spec);
         let Some(sp) = spec.ports.iter().flatten().find(|p| p.port == port) else {
             return Err((
                 "BackendNotFound",
-                format!("Service {namespace}/{} has no port {port}", r.name),
+                format!(
+                    "Service {namespace}/{} has no port {port} (its ports: {})",
+                    r.name,
+                    spec.ports
+                        .iter()
+                        .flatten()
+                        .map(|p| p.port.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             ));
         };
         if sp.protocol.as_deref().is_some_and(|p| p != "TCP") {
             return Err((
                 "UnsupportedProtocol",
                 format!(
-                    "port {port} is {}, not TCP",
+                    "port {port} is {}, routes need a TCP port",
                     sp.protocol.as_deref().unwrap_or_default()
                 ),
             ));
@@ -272,9 +285,14 @@ impl BackendIndex {
             return Err((
                 "UnsupportedProtocol",
                 format!(
-                    "appProtocol `{}` of port {port} cannot carry {}s",
+                    "appProtocol `{}` of port {port} cannot carry {}s (supported: {})",
                     app.unwrap_or_default(),
-                    from.kind
+                    from.kind,
+                    if from.grpc() {
+                        "none, `grpc`, `kubernetes.io/h2c`, `https` with a BackendTLSPolicy"
+                    } else {
+                        "none, `http`, `kubernetes.io/h2c`, `kubernetes.io/ws`, `https` and `kubernetes.io/wss` with a BackendTLSPolicy"
+                    }
                 ),
             ));
         };
@@ -287,7 +305,7 @@ impl BackendIndex {
                 return Err((
                     "UnsupportedProtocol",
                     format!(
-                        "appProtocol `{}` of port {port} needs TLS, and no BackendTLSPolicy targets the Service; add one (never plaintext)",
+                        "appProtocol `{}` of port {port} needs TLS and no BackendTLSPolicy targets the Service (add one; never plaintext)",
                         app.unwrap_or_default()
                     ),
                 ));
@@ -301,7 +319,7 @@ impl BackendIndex {
                     return Err((
                         "BackendNotFound",
                         format!(
-                            "ExternalName Service {namespace}/{} has no externalName",
+                            "ExternalName Service {namespace}/{} has no externalName (set it)",
                             r.name
                         ),
                     ));
