@@ -76,3 +76,40 @@ fn grpc_rules_fail_closed_on_extension_refs_and_drop_on_bad_regexes() {
         p.message
     );
 }
+
+#[test]
+fn a_grpc_route_needs_a_grant_for_grpc_routes_to_reach_another_namespace() {
+    let mut world = World::default();
+    world
+        .services
+        .push(service("backend", "cart", &[("grpc", 9090, None)]));
+    world.slices.push(slice(
+        "backend",
+        "cart",
+        "grpc",
+        9090,
+        &[("10.2.0.1", None)],
+    ));
+    let rules =
+        json!([{ "backendRefs": [{ "name": "cart", "namespace": "backend", "port": 9090 }] }]);
+
+    world.grants = vec![grant("backend", "HTTPRoute", "shop", "Service")];
+    let t = translate_grpc(&world, rules.clone());
+    assert_eq!(t.rules[0].backends[0].failure_status, Some(500));
+    assert_eq!(t.resolved_refs.reason, "RefNotPermitted");
+    assert!(
+        t.resolved_refs
+            .message
+            .contains("allows GRPCRoutes from namespace shop"),
+        "{}",
+        t.resolved_refs.message
+    );
+
+    world.grants = vec![grant("backend", "GRPCRoute", "shop", "Service")];
+    let t = translate_grpc(&world, rules);
+    assert_eq!(
+        t.rules[0].backends[0].endpoints,
+        vec!["10.2.0.1:9090".to_owned()]
+    );
+    assert_eq!(t.resolved_refs, ok_refs());
+}
