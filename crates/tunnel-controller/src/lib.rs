@@ -3,12 +3,22 @@
 //!
 //! - [`api`]: the project's own resources, GatewayClassConfig and GatewayConfig (TG-1), and the
 //!   CRD YAML generated from them.
+//! - [`world`]: reflectors of every watched kind and the snapshot a sync round reads.
+//! - [`model`]: the decisions for one snapshot (classes, Gateways, listeners, route attachment,
+//!   partitions' route tables, tunnels' hostnames), without I/O.
+//! - [`controller`]: the debounced sync loop (leader only): model → Cloudflare → pushes → statuses.
+//! - [`tunnels`]: per-tunnel ingress document sync with the Cloudflare API (TG-3).
+//! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
+//! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
+//! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
 //! - [`conditions`]: status conditions as decided ([`conditions::Verdict`]) and their merge into
 //!   `metav1.Condition` lists.
 //! - [`grants`]: ReferenceGrant checks for cross-namespace backend references.
 //! - [`hostnames`]: listener and route hostname intersection (TG-5, Gateway API).
 //! - [`ingress`]: a tunnel's ingress document from the hostnames of its routes (TG-3).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
+//! - [`translate`]: one route's rules → data-plane config rules, with the verdicts about its
+//!   backends, filters and BackendTLSPolicies (TG-5).
 
 pub mod api;
 pub mod conditions;

@@ -96,6 +96,14 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
     })
 }
 
+/// Checks a document exactly as a push is checked (the same compilation), keeping nothing: no
+/// metrics series, no pooled clients, no background tasks. The controller runs each translated
+/// rule through this, so one bad rule can never make the proxy refuse a whole document.
+pub fn validate(config: &Config) -> Result<(), CompileError> {
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    compile(config, &metrics, &mut ClientCache::unserved()).map(|_| ())
+}
+
 // === compiled form ===
 
 /// The compiled, immutable route table.

@@ -588,12 +588,31 @@ struct ClientKey {
 }
 
 /// Clients by protocol and TLS identity, reused across config pushes.
-#[derive(Default)]
 pub struct ClientCache {
     clients: HashMap<ClientKey, HttpClient>,
+    /// Whether new HTTP/1.1 clients get a task that reaps their expired idle connections.
+    reap_idle: bool,
+}
+
+impl Default for ClientCache {
+    fn default() -> Self {
+        Self {
+            clients: HashMap::new(),
+            reap_idle: true,
+        }
+    }
 }
 
 impl ClientCache {
+    /// A cache for a compilation whose table never serves (validation): its clients never
+    /// connect, so they need no background task.
+    pub(crate) fn unserved() -> Self {
+        Self {
+            clients: HashMap::new(),
+            reap_idle: false,
+        }
+    }
+
     /// The client for these settings: an existing one, or a new one when the settings are new.
     /// TLS settings are validated either way, so a bad certificate is always an error.
     pub fn client(
@@ -616,7 +635,9 @@ impl ClientCache {
                     connector,
                     pools: Mutex::new(HashMap::new()),
                 });
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                if self.reap_idle
+                    && let Ok(rt) = tokio::runtime::Handle::try_current()
+                {
                     rt.spawn(reap_every_interval(Arc::downgrade(&client)));
                 }
                 HttpClient::Http1(client)

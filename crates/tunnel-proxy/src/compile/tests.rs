@@ -275,3 +275,45 @@ fn gateway_api_durations() {
         assert_eq!(parse_duration(s), want, "{s:?}");
     }
 }
+
+#[test]
+fn validate_refuses_exactly_what_compile_refuses_and_names_the_same_path() {
+    let good = route_with_rule(json!({ "backends": [backend(json!({}))] }));
+    let bad = route_with_rule(
+        json!({ "matches": [{ "path": { "type": "RegularExpression", "value": "/(" } }] }),
+    );
+    let parsed = |doc: &Value| parse(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(validate(&parsed(&good)), Ok(()));
+    assert_eq!(validate(&parsed(&bad)), Err(error_of(bad)));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn validate_inside_a_runtime_leaves_no_background_task_behind() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (ca, _, _) = pki();
+    let doc = route_with_rule(json!({ "backends": [
+        backend(json!({})),
+        backend(json!({ "tls": { "caBundlePem": ca, "serverName": "web.shop.svc" } })),
+    ] }));
+    let config = parse(doc.to_string().as_bytes()).unwrap();
+    let before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    validate(&config).unwrap();
+    assert_eq!(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        before,
+        "a validation-only compilation must not spawn idle-connection reapers"
+    );
+    // A serving compilation does spawn one, so the assertion above can fail.
+    let metrics = Metrics::new(&mut Registry::default());
+    let _kept = compile(&config, &metrics, &mut ClientCache::default()).unwrap();
+    assert!(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+            > before
+    );
+}

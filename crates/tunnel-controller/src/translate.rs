@@ -1,0 +1,32 @@
+//! Route → data-plane config translation (TG-5): one HTTPRoute's or GRPCRoute's rules become
+//! [`tunnel_proxy::config`] rules, and the verdicts about their contents (route parent
+//! `ResolvedRefs`, `Accepted`, `PartiallyInvalid`; a BackendTLSPolicy's own `Accepted` and
+//! `ResolvedRefs`; the Gateway's `ResolvedRefs` for its backend client certificate) are decided
+//! on the way. Pure: everything read comes from a [`BackendIndex`] built once per sync, and
+//! hostnames and parent attachment are the caller's.
+//!
+//! Invalid or unsupported parts fail closed and say so: an unusable backend reference answers
+//! 500 for its share, an unsupported filter makes its rule answer 500, and a rule the proxy
+//! would refuse is dropped, so one route can never make the proxy refuse a whole document.
+//!
+//! - `backends`: backend references → endpoints, protocol, TLS; the Gateway client certificate.
+//! - `tls_policy`: BackendTLSPolicy precedence, settings and verdicts.
+//! - `parts`: what HTTPRoute and GRPCRoute rules share (header matches and modifiers, mirrors).
+//! - `http`, `grpc`: the two route kinds.
+//! - `report`: per-rule checking against the proxy's compiler and the route verdicts.
+
+mod backends;
+mod grpc;
+mod http;
+mod parts;
+mod report;
+mod tls_policy;
+
+pub use backends::{BackendIndex, ClientCert, gateway_client_cert};
+pub use grpc::grpc_route;
+pub use http::http_route;
+pub use report::Translated;
+pub use tls_policy::backend_tls_policy_verdicts;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! GRPCRoute rules → document rules: method matches (Exact / RegularExpression on service and
+//! method), header matches, header modifiers, request mirrors, weighted backends (HTTP/2:
+//! h2c, or TLS with ALPN h2 under a BackendTLSPolicy) and the rule name. An ExtensionRef filter
+//! makes the rule fail closed (500).
+
+use gateway_api::apis::standard::grpcroutes::{
+    GrpcRoute, GrpcRouteRules, GrpcRouteRulesFilters, GrpcRouteRulesFiltersType,
+    GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType,
+};
+use kube::ResourceExt;
+use tunnel_proxy::config::{self, Filter, GrpcRule};
+
+use super::backends::{BackendIndex, ClientCert, Referrer, Role, backend_ref};
+use super::parts::{
+    header_modifier, refuse_backend_filters, refuse_extension_ref, request_mirror, value_match,
+    weight,
+};
+use super::report::{Report, Translated};
+
+/// One GRPCRoute's rules for the document, and the verdicts about its contents.
+pub fn grpc_route(
+    route: &GrpcRoute,
+    idx: &BackendIndex,
+    client_cert: Option<&ClientCert>,
+) -> Translated<GrpcRule> {
+    let namespace = route.namespace().unwrap_or_default();
+    let name = format!("{namespace}/{}", route.name_any());
+    let from = Referrer {
+        kind: "GRPCRoute",
+        namespace: &namespace,
+        client_cert,
+    };
+    let mut report = Report::default();
+    let mut rules = Vec::new();
+    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
+        let translated = grpc_rule(i, rule, idx, &from, &mut report);
+        report.keep(&name, i, translated, &mut rules);
+    }
+    report.finish(rules)
+}
+
+fn grpc_rule(
+    i: usize,
+    rule: &GrpcRouteRules,
+    idx: &BackendIndex,
+    from: &Referrer<'_>,
+    report: &mut Report,
+) -> GrpcRule {
+    let mut out = GrpcRule {
+        name: rule.name.clone(),
+        matches: rule.matches.iter().flatten().map(grpc_match).collect(),
+        filters: Vec::new(),
+        backends: Vec::new(),
+        timeouts: config::Timeouts::default(),
+        failure_status: None,
+    };
+    let mut unsupported = Vec::new();
+    for (fi, f) in rule.filters.iter().flatten().enumerate() {
+        match filter(&format!("Rule {i} filters[{fi}]"), f, idx, from, report) {
+            Ok(Some(f)) => out.filters.push(f),
+            Ok(None) => {}
+            Err(why) => unsupported.push(format!("filters[{fi}]: {why}")),
+        }
+    }
+    for (bi, b) in rule.backend_refs.iter().flatten().enumerate() {
+        let at = format!("Rule {i} backendRefs[{bi}]");
+        let mut resolved = idx.resolve(
+            from,
+            &at,
+            &backend_ref!(b),
+            weight(b.weight),
+            Role::Backend,
+            report,
+        );
+        if !resolved.invalid && b.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+            refuse_backend_filters(&mut resolved.backend, &at, report);
+        }
+        out.backends.push(resolved.backend);
+    }
+    if !unsupported.is_empty() {
+        report.rule_fails_closed(i, unsupported.join("; "));
+        out.filters.clear();
+        out.backends.clear();
+        out.failure_status = Some(500);
+    }
+    out
+}
+
+fn grpc_match(m: &GrpcRouteRulesMatches) -> config::GrpcMatch {
+    use GrpcRouteRulesMatchesHeadersType as HeaderType;
+    config::GrpcMatch {
+        method: m.method.as_ref().map(|mm| config::GrpcMethodMatch {
+            kind: match mm.r#type {
+                None | Some(GrpcRouteRulesMatchesMethodType::Exact) => {
+                    config::ValueMatchType::Exact
+                }
+                Some(GrpcRouteRulesMatchesMethodType::RegularExpression) => {
+                    config::ValueMatchType::RegularExpression
+                }
+            },
+            service: mm.service.clone(),
+            method: mm.method.clone(),
+        }),
+        headers: m
+            .headers
+            .iter()
+            .flatten()
+            .map(|h| value_match!(h, HeaderType))
+            .collect(),
+    }
+}
+
+/// A rule filter: `Ok(None)` for a mirror left out (its reference is invalid, reported),
+/// `Err` for a filter this implementation does not support.
+fn filter(
+    at: &str,
+    f: &GrpcRouteRulesFilters,
+    idx: &BackendIndex,
+    from: &Referrer<'_>,
+    report: &mut Report,
+) -> Result<Option<Filter>, String> {
+    use GrpcRouteRulesFiltersType as T;
+    let missing = || format!("type {:?} without its configuration", f.r#type);
+    Ok(Some(match f.r#type {
+        T::RequestHeaderModifier => {
+            let m = f.request_header_modifier.as_ref().ok_or_else(missing)?;
+            Filter::RequestHeaderModifier(header_modifier!(m))
+        }
+        T::ResponseHeaderModifier => {
+            let m = f.response_header_modifier.as_ref().ok_or_else(missing)?;
+            Filter::ResponseHeaderModifier(header_modifier!(m))
+        }
+        T::RequestMirror => {
+            let m = f.request_mirror.as_ref().ok_or_else(missing)?;
+            return Ok(request_mirror!(
+                idx,
+                from,
+                &format!("{at} RequestMirror"),
+                m,
+                report
+            ));
+        }
+        T::ExtensionRef => {
+            let target = f
+                .extension_ref
+                .as_ref()
+                .map(|e| (e.group.as_str(), e.kind.as_str(), e.name.as_str()));
+            return Err(refuse_extension_ref(at, target, report));
+        }
+    }))
+}
