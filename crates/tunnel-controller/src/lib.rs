@@ -9,6 +9,10 @@
 //! - [`hostnames`]: listener and route hostname intersection (TG-5, Gateway API).
 //! - [`ingress`]: a tunnel's ingress document from the hostnames of its routes (TG-3).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
+//! - [`render`]: a Gateway's dedicated data plane as Kubernetes objects, and the ownership guard
+//!   (TG-7).
+//! - [`seniority`]: Gateway keys and the oldest-first order shared by tunnel claims and the
+//!   data-plane cap.
 
 pub mod api;
 pub mod conditions;
@@ -16,3 +20,5 @@ pub mod grants;
 pub mod hostnames;
 pub mod ingress;
 pub mod push;
+pub mod render;
+pub mod seniority;
