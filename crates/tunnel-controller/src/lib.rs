@@ -3,6 +3,9 @@
 //!
 //! - [`api`]: the project's own resources, GatewayClassConfig and GatewayConfig (TG-1), and the
 //!   CRD YAML generated from them.
+//! - [`cap`]: the per-namespace cap on dedicated data planes (TG-9).
+//! - [`claims`]: tunnel-claim arbitration between dedicated Gateways, and the status address
+//!   that records possession (TG-8).
 //! - [`conditions`]: status conditions as decided ([`conditions::Verdict`]) and their merge into
 //!   `metav1.Condition` lists.
 //! - [`grants`]: ReferenceGrant checks for cross-namespace backend references.
@@ -15,6 +18,8 @@
 //!   data-plane cap.
 
 pub mod api;
+pub mod cap;
+pub mod claims;
 pub mod conditions;
 pub mod grants;
 pub mod hostnames;
