@@ -16,6 +16,8 @@
 //!   (TG-7).
 //! - [`seniority`]: Gateway keys and the oldest-first order shared by tunnel claims and the
 //!   data-plane cap.
+//! - [`verify`]: claim verification with the Cloudflare API: the token is a real token of a
+//!   tunnel in the credentials' account (TG-8).
 
 pub mod api;
 pub mod cap;
@@ -27,3 +29,4 @@ pub mod ingress;
 pub mod push;
 pub mod render;
 pub mod seniority;
+pub mod verify;
