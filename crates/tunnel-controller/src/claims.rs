@@ -80,7 +80,8 @@ pub struct Claimant {
     pub gateway: GatewayKey,
     pub seniority: Seniority,
     /// The tunnel parsed from its connector token; `None` while its GatewayConfig, token Secret
-    /// or the credentials it falls back to cannot be read.
+    /// or the credentials it falls back to cannot be read, and while the token is refused by
+    /// [`crate::verify::verify_claim`] (a token that is not the tunnel's own claims nothing).
     pub token_tunnel: Option<String>,
     /// The tunnel in its `status.addresses` ([`advertised_tunnel`]).
     pub advertised_tunnel: Option<String>,
