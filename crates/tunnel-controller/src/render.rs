@@ -38,8 +38,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::api::{
-    DEFAULT_AUTH_TOKEN_KEY, DEFAULT_AUTOSCALING_METRIC, DEFAULT_REPLICAS, DEFAULT_TUNNEL_TOKEN_KEY,
-    GatewayConfig,
+    Autoscaling, DEFAULT_AUTH_TOKEN_KEY, DEFAULT_AUTOSCALING_METRIC, DEFAULT_REPLICAS,
+    DEFAULT_TUNNEL_TOKEN_KEY, GatewayConfig,
 };
 
 /// Selector label naming the Gateway a plane serves (value through [`label_value`]).
@@ -355,43 +355,14 @@ pub fn render(
         ),
     ]);
 
-    let grace = inputs.drain_grace_seconds.max(0);
-    let pod = PodSpec {
-        containers: vec![
-            proxy_container(
-                &image,
-                config.spec.resources.clone(),
-                &tunnel_secret,
-                &auth_secret,
-                grace,
-            ),
-            connector_container(&inputs.connector_image, &tunnel_secret, grace),
-        ],
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        restart_policy: Some("Always".to_owned()),
-        dns_policy: Some("ClusterFirst".to_owned()),
-        scheduler_name: Some("default-scheduler".to_owned()),
-        termination_grace_period_seconds: Some(grace + DRAIN_MARGIN_SECONDS),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(NONROOT_ID),
-            run_as_group: Some(NONROOT_ID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_owned(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        }),
-        topology_spread_constraints: Some(vec![TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: "kubernetes.io/hostname".to_owned(),
-            when_unsatisfiable: "ScheduleAnyway".to_owned(),
-            label_selector: Some(match_labels(selector.clone())),
-            ..TopologySpreadConstraint::default()
-        }]),
-        ..PodSpec::default()
-    };
+    let pod = pod_spec(
+        &image,
+        config,
+        inputs,
+        &tunnel_secret,
+        &auth_secret,
+        &selector,
+    );
 
     let autoscaling = config.spec.autoscaling.as_ref();
     let deployment = Deployment {
@@ -425,8 +396,72 @@ pub fn render(
         status: None,
     };
 
-    let config_service = Service {
-        metadata: meta(&names.config_service),
+    let config_service = config_service(meta(&names.config_service), &selector);
+    let network_policy = network_policy(meta(&names.network_policy), &selector, inputs);
+    let hpa = autoscaling.map(|a| hpa(meta(&names.deployment), &names.deployment, a));
+
+    Ok(Rendered {
+        deployment,
+        config_service,
+        network_policy,
+        hpa,
+        generated_auth_secret,
+    })
+}
+
+/// Proxy and connector, locked down: non-root, read-only root filesystem, no capabilities, no
+/// service-account token, RuntimeDefault seccomp.
+fn pod_spec(
+    image: &str,
+    config: &GatewayConfig,
+    inputs: &RenderInputs,
+    tunnel_secret: &SecretKeySelector,
+    auth_secret: &SecretKeySelector,
+    selector: &BTreeMap<String, String>,
+) -> PodSpec {
+    let grace = inputs.drain_grace_seconds.max(0);
+    PodSpec {
+        containers: vec![
+            proxy_container(
+                image,
+                config.spec.resources.clone(),
+                tunnel_secret,
+                auth_secret,
+                grace,
+            ),
+            connector_container(&inputs.connector_image, tunnel_secret, grace),
+        ],
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        restart_policy: Some("Always".to_owned()),
+        dns_policy: Some("ClusterFirst".to_owned()),
+        scheduler_name: Some("default-scheduler".to_owned()),
+        termination_grace_period_seconds: Some(grace + DRAIN_MARGIN_SECONDS),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT_ID),
+            run_as_group: Some(NONROOT_ID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
+        }),
+        topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".to_owned(),
+            when_unsatisfiable: "ScheduleAnyway".to_owned(),
+            label_selector: Some(match_labels(selector.clone())),
+            ..TopologySpreadConstraint::default()
+        }]),
+        ..PodSpec::default()
+    }
+}
+
+/// The headless Service the pushes resolve: every plane pod, ready or not, on the config port.
+fn config_service(metadata: ObjectMeta, selector: &BTreeMap<String, String>) -> Service {
+    Service {
+        metadata,
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             cluster_ip: Some("None".to_owned()),
@@ -443,8 +478,16 @@ pub fn render(
             ..ServiceSpec::default()
         }),
         status: None,
-    };
+    }
+}
 
+/// Ingress to the config port only, from the controller's pods (labels AND namespace in one
+/// peer) and, optionally, the monitoring namespaces; nothing to the data port.
+fn network_policy(
+    metadata: ObjectMeta,
+    selector: &BTreeMap<String, String>,
+    inputs: &RenderInputs,
+) -> NetworkPolicy {
     let mut peers = vec![NetworkPolicyPeer {
         pod_selector: Some(match_labels(inputs.controller_pod_labels.clone())),
         namespace_selector: Some(match_labels(BTreeMap::from([(
@@ -463,10 +506,10 @@ pub fn render(
             ..NetworkPolicyPeer::default()
         });
     }
-    let network_policy = NetworkPolicy {
-        metadata: meta(&names.network_policy),
+    NetworkPolicy {
+        metadata,
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(match_labels(selector)),
+            pod_selector: Some(match_labels(selector.clone())),
             policy_types: Some(vec!["Ingress".to_owned()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
                 from: Some(peers),
@@ -478,15 +521,18 @@ pub fn render(
             }]),
             egress: None,
         }),
-    };
+    }
+}
 
-    let hpa = autoscaling.map(|a| HorizontalPodAutoscaler {
-        metadata: meta(&names.deployment),
+/// autoscaling/v2 on the in-flight gauge as a Pods metric, average value per pod.
+fn hpa(metadata: ObjectMeta, deployment: &str, a: &Autoscaling) -> HorizontalPodAutoscaler {
+    HorizontalPodAutoscaler {
+        metadata,
         spec: HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
                 api_version: Some("apps/v1".to_owned()),
                 kind: "Deployment".to_owned(),
-                name: names.deployment.clone(),
+                name: deployment.to_owned(),
             },
             min_replicas: Some(
                 a.min_replicas
@@ -515,15 +561,7 @@ pub fn render(
             behavior: None,
         },
         status: None,
-    });
-
-    Ok(Rendered {
-        deployment,
-        config_service,
-        network_policy,
-        hpa,
-        generated_auth_secret,
-    })
+    }
 }
 
 fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
