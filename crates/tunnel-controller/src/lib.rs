@@ -11,6 +11,9 @@
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
 //! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
+//! - [`cap`]: the per-namespace cap on dedicated data planes (TG-9).
+//! - [`claims`]: tunnel-claim arbitration between dedicated Gateways, and the status address
+//!   that records possession (TG-8).
 //! - [`conditions`]: status conditions as decided ([`conditions::Verdict`]) and their merge into
 //!   `metav1.Condition` lists.
 //! - [`grants`]: ReferenceGrant checks for cross-namespace backend references.
@@ -19,8 +22,16 @@
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
 //! - [`translate`]: one route's rules → data-plane config rules, with the verdicts about its
 //!   backends, filters and BackendTLSPolicies (TG-5).
+//! - [`render`]: a Gateway's dedicated data plane as Kubernetes objects, and the ownership guard
+//!   (TG-7).
+//! - [`seniority`]: Gateway keys and the oldest-first order shared by tunnel claims and the
+//!   data-plane cap.
+//! - [`verify`]: claim verification with the Cloudflare API: the token is a real token of a
+//!   tunnel in the credentials' account (TG-8).
 
 pub mod api;
+pub mod cap;
+pub mod claims;
 pub mod conditions;
 pub mod controller;
 pub mod grants;
@@ -30,7 +41,10 @@ pub mod metrics;
 pub mod model;
 pub mod planes;
 pub mod push;
+pub mod render;
+pub mod seniority;
 pub mod status;
 pub mod translate;
 pub mod tunnels;
+pub mod verify;
 pub mod world;

@@ -140,14 +140,18 @@ async fn cloudflare_errors_and_rate_limits_mark_routes_pending_and_recover() {
         );
         wait_route_condition("httproute", &ns, "second", "Accepted", "False", "Pending").await;
 
-        eventually("a CloudflareSyncFailed Event", Duration::from_secs(30), || async {
-            let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
-            if ev.contains("CloudflareSyncFailed") {
-                Ok(())
-            } else {
-                Err("none yet".to_owned())
-            }
-        })
+        eventually(
+            "a CloudflareSyncFailed Event",
+            Duration::from_secs(30),
+            || async {
+                let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
+                if ev.contains("CloudflareSyncFailed") {
+                    Ok(())
+                } else {
+                    Err("none yet".to_owned())
+                }
+            },
+        )
         .await;
 
         w.double.clear_faults();

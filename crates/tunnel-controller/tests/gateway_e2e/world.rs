@@ -134,11 +134,18 @@ spec:
     .await;
 
     // The controller runs with exactly the install's RBAC, as its ServiceAccount.
-    apply_on(cluster, include_str!("../../../../deploy/tunnel-gateway/rbac.yaml")).await;
+    apply_on(
+        cluster,
+        include_str!("../../../../deploy/tunnel-gateway/rbac.yaml"),
+    )
+    .await;
     let controller_kubeconfig = cluster
         .kubeconfig_for(
             &format!("system:serviceaccount:{SYSTEM_NS}:tunnel-gateway-controller"),
-            &["system:serviceaccounts", &format!("system:serviceaccounts:{SYSTEM_NS}")],
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{SYSTEM_NS}"),
+            ],
         )
         .expect("controller kubeconfig");
 

@@ -1,0 +1,149 @@
+//! The rendered plane against a real API server: it is accepted as rendered, every field the
+//! controller sets reads back with the same value (so comparing rendered with live finds drift
+//! only where someone changed the object), and applying it again changes nothing.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use test_cluster::{ClusterSpec, ControlPlane};
+use tunnel_controller::api::{GatewayConfig, GatewayConfigSpec};
+use tunnel_controller::render::{RenderInputs, Rendered, generate_auth_token, render};
+
+const NAMESPACE: &str = "tenant-a";
+
+fn gateway(name: &str) -> gateway_api::apis::standard::gateways::Gateway {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": format!("8d7c1f4e-0000-4000-8000-{:0>12}", name.len())},
+        "spec": {
+            "gatewayClassName": "cloudflare-tunnel",
+            "infrastructure": {
+                "labels": {"team": "a"},
+                "annotations": {"cost-center": "42"},
+                "parametersRef": {"group": "cf.k8s.lex.la", "kind": "GatewayConfig", "name": "cfg"}
+            },
+            "listeners": [{"name": "https", "port": 443, "protocol": "HTTPS"}]
+        }
+    }))
+    .unwrap()
+}
+
+fn config(spec: Value) -> GatewayConfig {
+    let spec: GatewayConfigSpec = serde_json::from_value(spec).unwrap();
+    let mut c = GatewayConfig::new("cfg", spec);
+    c.metadata.namespace = Some(NAMESPACE.into());
+    c
+}
+
+fn inputs() -> RenderInputs {
+    RenderInputs {
+        controller_namespace: "cf-system".into(),
+        controller_pod_labels: BTreeMap::from([(
+            "app.kubernetes.io/name".to_owned(),
+            "tunnel-controller".to_owned(),
+        )]),
+        monitoring_namespace_selector: Some(
+            serde_json::from_value(
+                json!({"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}),
+            )
+            .unwrap(),
+        ),
+        default_proxy_image: Some("ghcr.io/example/tunnel-proxy:1.0.0".into()),
+        connector_image: "cloudflare/cloudflared:2026.8.0".into(),
+        drain_grace_seconds: 30,
+        tunnel_token: "tunnel-token-value".into(),
+        auth_token: generate_auth_token(),
+    }
+}
+
+fn documents(r: &Rendered) -> Vec<Value> {
+    let mut docs = vec![
+        serde_json::to_value(&r.deployment).unwrap(),
+        serde_json::to_value(&r.config_service).unwrap(),
+        serde_json::to_value(&r.network_policy).unwrap(),
+    ];
+    docs.extend(r.hpa.as_ref().map(|h| serde_json::to_value(h).unwrap()));
+    docs.extend(
+        r.generated_auth_secret
+            .as_ref()
+            .map(|s| serde_json::to_value(s).unwrap()),
+    );
+    docs
+}
+
+/// The first place where `live` does not carry `rendered`'s value, if any.
+fn missing(rendered: &Value, live: &Value, path: &str) -> Option<String> {
+    match (rendered, live) {
+        (Value::Object(r), Value::Object(l)) => r.iter().find_map(|(k, v)| match l.get(k) {
+            Some(lv) => missing(v, lv, &format!("{path}.{k}")),
+            None => Some(format!("{path}.{k}: absent, rendered {v}")),
+        }),
+        (Value::Array(r), Value::Array(l)) if r.len() == l.len() => r
+            .iter()
+            .zip(l)
+            .enumerate()
+            .find_map(|(i, (rv, lv))| missing(rv, lv, &format!("{path}[{i}]"))),
+        _ if rendered == live => None,
+        _ => Some(format!("{path}: rendered {rendered}, live {live}")),
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_stores_the_rendered_plane_as_rendered_and_a_second_apply_changes_nothing() {
+    test_cluster::install_crypto_provider();
+    let cp = ControlPlane::builder()
+        .cluster(ClusterSpec::new("render"))
+        .start()
+        .await
+        .unwrap();
+    let _logs = cp.logs_on_failure();
+    let cluster = cp.cluster("render");
+    cluster
+        .kubectl_ok(&["create", "namespace", NAMESPACE])
+        .await
+        .unwrap();
+    let client = cluster.client().await.unwrap();
+
+    let planes = [
+        render(
+            &gateway("fixed"),
+            &config(json!({"tunnelTokenSecretRef": {"name": "t"}, "replicas": 3})),
+            &inputs(),
+        )
+        .unwrap(),
+        render(
+            &gateway(&format!("autoscaled-{}", "x".repeat(60))),
+            &config(json!({
+                "tunnelTokenSecretRef": {"name": "t", "key": "token"},
+                "authTokenSecretRef": {"name": "byo"},
+                "autoscaling": {"maxReplicas": 10, "targetInflightPerPod": 50}
+            })),
+            &inputs(),
+        )
+        .unwrap(),
+    ];
+    let mut applied = 0;
+    for plane in &planes {
+        for doc in documents(plane) {
+            let kind = doc["kind"].as_str().unwrap().to_owned();
+            let first = test_cluster::manifests::apply_value(&client, doc.clone(), NAMESPACE)
+                .await
+                .unwrap_or_else(|e| panic!("{kind} refused: {e}"));
+            let live = serde_json::to_value(&first).unwrap();
+            if let Some(diff) = missing(&doc, &live, &kind) {
+                panic!("the API server changed a rendered field: {diff}");
+            }
+            let again = test_cluster::manifests::apply_value(&client, doc, NAMESPACE)
+                .await
+                .unwrap();
+            assert_eq!(
+                again.metadata.resource_version, first.metadata.resource_version,
+                "re-applying the same {kind} is a no-op"
+            );
+            applied += 1;
+        }
+    }
+    assert_eq!(
+        applied, 8,
+        "fixed: Deployment, Service, NetworkPolicy, generated Secret; autoscaled: the same with an HPA instead of the Secret"
+    );
+}
