@@ -341,6 +341,7 @@ fn write_kind(w: &Write) -> &'static str {
         Write::ClassConfig { .. } => "GatewayClassConfig",
         Write::Gateway { .. } => "Gateway",
         Write::Route { id, .. } => id.kind.as_str(),
+        Write::Policy { .. } => "BackendTLSPolicy",
     }
 }
 

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::{
     Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
@@ -196,6 +197,15 @@ pub struct PartitionPlan {
     pub routes: BTreeSet<RouteId>,
 }
 
+/// A BackendTLSPolicy in use by routes of ours: its verdicts, under each Gateway (ancestor)
+/// whose routes reach a Service it targets.
+#[derive(Debug, Clone)]
+pub struct PolicyOutcome {
+    pub policy: Arc<BackendTlsPolicy>,
+    pub verdicts: Vec<Verdict>,
+    pub ancestors: BTreeSet<ObjKey>,
+}
+
 /// One tunnel's ingress document input.
 #[derive(Debug, Clone)]
 pub struct TunnelPlan {
@@ -211,6 +221,7 @@ pub struct TunnelPlan {
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     pub classes: Vec<ClassOutcome>,
+    pub policies: Vec<PolicyOutcome>,
     pub class_configs: Vec<ClassConfigOutcome>,
     pub gateways: BTreeMap<ObjKey, GatewayOutcome>,
     pub routes: Vec<RouteOutcome>,
@@ -315,8 +326,34 @@ pub fn compute(snap: &Snapshot, settings: &Settings) -> Model {
     });
     let namespaces: BTreeMap<String, &Arc<Namespace>> =
         snap.namespaces.iter().map(|n| (n.name_any(), n)).collect();
+    // Which Gateways reach each Service, for BackendTLSPolicy ancestors.
+    let mut uses: BTreeMap<(String, String), BTreeSet<ObjKey>> = BTreeMap::new();
     for route in &routes {
-        route_outcome(route, &mut model, &namespaces, &idx);
+        route_outcome(route, &mut model, &mut uses, &namespaces, &idx);
+    }
+    for policy in &snap.backend_tls_policies {
+        let ns = policy.namespace().unwrap_or_default();
+        let ancestors: BTreeSet<ObjKey> = policy
+            .spec
+            .target_refs
+            .iter()
+            .filter(|t| t.group.is_empty() && t.kind == "Service")
+            .filter_map(|t| uses.get(&(ns.clone(), t.name.clone())))
+            .flatten()
+            .cloned()
+            .collect();
+        let has_ours = policy.status.as_ref().is_some_and(|s| {
+            s.ancestors
+                .iter()
+                .any(|a| a.controller_name == settings.controller_name)
+        });
+        if !ancestors.is_empty() || has_ours {
+            model.policies.push(PolicyOutcome {
+                policy: policy.clone(),
+                verdicts: translate::backend_tls_policy_verdicts(policy, &idx),
+                ancestors,
+            });
+        }
     }
 
     // Listener hostnames per partition, for the data plane's own listener check.
@@ -715,6 +752,7 @@ fn to_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
 fn route_outcome(
     route: &RouteView,
     model: &mut Model,
+    uses: &mut BTreeMap<(String, String), BTreeSet<ObjKey>>,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
     idx: &BackendIndex,
 ) {
@@ -765,6 +803,7 @@ fn route_outcome(
     // Rule contents: translated once per partition (the backend client certificate is the first
     // attached Gateway's there).
     let mut content: Option<(Verdict, Option<Verdict>, Option<Verdict>)> = None;
+    let mut services: BTreeSet<(String, String)> = BTreeSet::new();
     for (partition, (hosts, gw_key)) in &served {
         let cert = model
             .gateways
@@ -777,6 +816,7 @@ fn route_outcome(
         let name = route.id.key.to_string();
         let (entry, verdicts) = if let Some(r) = &route.http {
             let t = translate::http_route(r, idx, cert.as_ref());
+            services.extend(t.services.iter().cloned());
             let v = (t.resolved_refs, t.accepted, t.partially_invalid);
             (
                 config::Route::Http(config::HttpRoute {
@@ -788,6 +828,7 @@ fn route_outcome(
             )
         } else if let Some(r) = &route.grpc {
             let t = translate::grpc_route(r, idx, cert.as_ref());
+            services.extend(t.services.iter().cloned());
             let v = (t.resolved_refs, t.accepted, t.partially_invalid);
             (
                 config::Route::Grpc(config::GrpcRoute {
@@ -828,6 +869,13 @@ fn route_outcome(
             && let Some(gw) = model.gateways.get_mut(&p.gateway)
         {
             count_attachment(gw, route, p);
+        }
+    }
+    for p in parents.iter().filter(|p| p.hostnames.is_some()) {
+        for svc in &services {
+            uses.entry(svc.clone())
+                .or_default()
+                .insert(p.gateway.clone());
         }
     }
     model.routes.push(RouteOutcome {

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::{GatewayClass, GatewayClassStatus};
 use gateway_api::apis::standard::gateways::{
     Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
@@ -29,8 +30,8 @@ use serde_json::{Value, json};
 use crate::api::GatewayClassConfig;
 use crate::conditions::{Verdict, merge};
 use crate::model::{
-    CLASS_FINALIZER, GATEWAY_GROUP, Model, ObjKey, PROXY_CONFIG_PUSHED, PartitionKey, RouteId,
-    RouteKind, RouteOutcome,
+    CLASS_FINALIZER, GATEWAY_GROUP, Model, ObjKey, PROXY_CONFIG_PUSHED, PartitionKey,
+    PolicyOutcome, RouteId, RouteKind, RouteOutcome,
 };
 
 /// The field manager of every write.
@@ -76,6 +77,11 @@ pub enum Write {
         id: RouteId,
         resource_version: Option<String>,
         parents: Vec<Value>,
+    },
+    Policy {
+        key: ObjKey,
+        resource_version: Option<String>,
+        ancestors: Vec<Value>,
     },
 }
 
@@ -238,6 +244,11 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             writes.push(w);
         }
     }
+    for p in &model.policies {
+        if let Some(w) = policy_write(p, controller_name, &now) {
+            writes.push(w);
+        }
+    }
     (writes, notices)
 }
 
@@ -330,21 +341,7 @@ fn route_write(
             "conditions": conditions,
         }));
     }
-    // Compare as the API server would return it (conditions serialized the same way).
-    let current: Vec<Value> = r.current_parents.clone();
-    let normalize = |v: &Vec<Value>| -> Vec<Value> {
-        v.iter()
-            .map(|p| {
-                let mut p = p.clone();
-                if let Some(c) = p.get("conditions").cloned() {
-                    let parsed: Vec<Condition> = serde_json::from_value(c).unwrap_or_default();
-                    p["conditions"] = serde_json::to_value(parsed).unwrap_or_default();
-                }
-                p
-            })
-            .collect()
-    };
-    if normalize(&parents) == normalize(&current) {
+    if normalize_parents(&parents) == normalize_parents(&r.current_parents) {
         return None;
     }
     Some(Write::Route {
@@ -352,6 +349,60 @@ fn route_write(
         resource_version: r.resource_version.clone(),
         parents,
     })
+}
+
+/// A BackendTLSPolicy's `status.ancestors`: ours per Gateway that uses it, others' kept.
+fn policy_write(p: &PolicyOutcome, controller_name: &str, now: &Time) -> Option<Write> {
+    let current: Vec<Value> = p
+        .policy
+        .status
+        .as_ref()
+        .map(|s| {
+            s.ancestors
+                .iter()
+                .filter_map(|a| serde_json::to_value(a).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let ours = |a: &Value| a["controllerName"].as_str() == Some(controller_name);
+    let mut ancestors: Vec<Value> = current.iter().filter(|a| !ours(a)).cloned().collect();
+    for gw in &p.ancestors {
+        let ancestor_ref = json!({
+            "group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name,
+        });
+        let before: Vec<Condition> = current
+            .iter()
+            .find(|a| ours(a) && a["ancestorRef"] == ancestor_ref)
+            .and_then(|a| serde_json::from_value(a["conditions"].clone()).ok())
+            .unwrap_or_default();
+        ancestors.push(json!({
+            "ancestorRef": ancestor_ref,
+            "controllerName": controller_name,
+            "conditions": merge(&before, &p.verdicts, p.policy.metadata.generation, now),
+        }));
+    }
+    if normalize_parents(&ancestors) == normalize_parents(&current) {
+        return None;
+    }
+    Some(Write::Policy {
+        key: ObjKey::of(p.policy.as_ref()),
+        resource_version: p.policy.resource_version(),
+        ancestors,
+    })
+}
+
+/// Entries as the API server returns them (conditions serialized the same way), for comparing.
+fn normalize_parents(v: &[Value]) -> Vec<Value> {
+    v.iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(c) = p.get("conditions").cloned() {
+                let parsed: Vec<Condition> = serde_json::from_value(c).unwrap_or_default();
+                p["conditions"] = serde_json::to_value(parsed).unwrap_or_default();
+            }
+            p
+        })
+        .collect()
 }
 
 fn route_reference(r: &RouteOutcome) -> k8s_openapi::api::core::v1::ObjectReference {
@@ -451,6 +502,20 @@ impl Writer {
                             .await?;
                     }
                 }
+            }
+            Write::Policy {
+                key,
+                resource_version,
+                ancestors,
+            } => {
+                let body = json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "status": {"ancestors": ancestors},
+                });
+                let api: Api<BackendTlsPolicy> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
+                    .await?;
             }
         }
         Ok(())

@@ -12,6 +12,7 @@
 
 mod world;
 
+mod bad_input;
 mod cloudflare;
 mod pushes;
 mod routing;
