@@ -69,7 +69,7 @@ async fn another_partitions_token_is_refused_and_changes_nothing() {
     let clock = VersionClock::default();
     let out = pusher()
         .push(
-            &[theirs.addr.clone()],
+            std::slice::from_ref(&theirs.addr),
             "plane-a",
             &doc(clock.next(), "a.example.com"),
             &clock,
@@ -90,7 +90,7 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
     let ahead = clock.next() + 1_000_000;
     let out = pusher()
         .push(
-            &[p.addr.clone()],
+            std::slice::from_ref(&p.addr),
             "t",
             &doc(ahead, "old.example.com"),
             &clock,
@@ -101,7 +101,7 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
     let behind = VersionClock::default();
     let out = pusher()
         .push(
-            &[p.addr.clone()],
+            std::slice::from_ref(&p.addr),
             "t",
             &doc(behind.next(), "new.example.com"),
             &behind,
@@ -127,7 +127,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
     let clock = VersionClock::default();
     let good = clock.next();
     pusher()
-        .push(&[p.addr.clone()], "t", &doc(good, "a.example.com"), &clock)
+        .push(std::slice::from_ref(&p.addr), "t", &doc(good, "a.example.com"), &clock)
         .await;
     let bad: Config = serde_json::from_value(serde_json::json!({
         "version": clock.next(),
@@ -135,7 +135,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
                     "rules": [{"matches": [{"path": {"type": "RegularExpression", "value": "("}}]}]}]
     }))
     .unwrap();
-    let out = pusher().push(&[p.addr.clone()], "t", &bad, &clock).await;
+    let out = pusher().push(std::slice::from_ref(&p.addr), "t", &bad, &clock).await;
     assert!(
         matches!(&out[0].1, PushOutcome::Rejected { status: 400, message } if message.contains("regex")),
         "{out:?}"
@@ -178,7 +178,7 @@ async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_succe
     assert!(health.is_failing());
     let out = pusher
         .push(
-            &[up.addr.clone()],
+            std::slice::from_ref(&up.addr),
             "t",
             &doc(clock.next(), "a.example.com"),
             &clock,
