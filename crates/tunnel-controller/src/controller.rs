@@ -18,10 +18,13 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
+use crate::dedicated::{AuthToken, Verification};
 use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
-use crate::model::{self, PartitionKey, Settings};
+use crate::model::{self, Model, PartitionKey, Plane, Settings};
 use crate::planes::{self, Planes};
+use crate::provision::Provisioner;
 use crate::push::{ConditionChange, PushOutcome};
+use crate::render::PlaneNames;
 use crate::status::{self, Effects, Write, Writer};
 use crate::tunnels::TunnelSync;
 use crate::world::Stores;
@@ -32,6 +35,8 @@ pub const DEBOUNCE: Duration = Duration::from_millis(150);
 pub const MAX_DELAY: Duration = Duration::from_secs(1);
 /// A quiet cluster is re-checked this often.
 pub const RESYNC: Duration = Duration::from_secs(60);
+/// The longest wait before retrying what a round left undone.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -43,6 +48,9 @@ pub struct Controller {
     writer: Writer,
     tunnels: TunnelSync,
     planes: Mutex<Planes>,
+    provisioner: Provisioner,
+    /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
+    verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
     changed: Arc<Notify>,
 }
@@ -61,6 +69,7 @@ pub struct Parts {
     pub writer: Writer,
     pub tunnels: TunnelSync,
     pub planes: Planes,
+    pub provisioner: Provisioner,
     pub metrics: Metrics,
     /// Notified by the stores on every change.
     pub changed: Arc<Notify>,
@@ -75,6 +84,8 @@ impl Controller {
             writer: p.writer,
             tunnels: p.tunnels,
             planes: Mutex::new(p.planes),
+            provisioner: p.provisioner,
+            verifications: Mutex::default(),
             metrics: p.metrics,
             changed: p.changed,
         }
@@ -108,7 +119,7 @@ impl Controller {
             let out = self.round().await;
             if out.incomplete {
                 retry_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             } else {
                 retry_at = None;
                 backoff = Duration::from_millis(500);
@@ -133,9 +144,15 @@ impl Controller {
     async fn round(&self) -> Outcome {
         let started = Instant::now();
         let snap = self.stores.snapshot();
-        let model = model::compute(&snap, &self.settings);
-        let mut effects = Effects::default();
         let mut outcome = Outcome::default();
+        let model = self.model(&snap, &mut outcome).await;
+        let mut effects = Effects::default();
+        let mut notices = Vec::new();
+
+        // Dedicated planes first: a new plane's Service must exist before it can be pushed to.
+        let provisioned = self.provisioner.sync(&model, &snap).await;
+        effects.render_errors = provisioned.errors;
+        notices.extend(provisioned.notices);
 
         // Tunnels, all at once; each on its own.
         let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
@@ -165,11 +182,10 @@ impl Controller {
         self.tunnels.retain(|t| model.tunnels.contains_key(t)).await;
 
         // Partitions.
-        let mut notices = Vec::new();
         {
             let mut planes = self.planes.lock().await;
             for (key, plan) in &model.partitions {
-                let (endpoints, token) = self.partition_target(key, &snap).await;
+                let (endpoints, token) = self.partition_target(key, &model, &snap).await;
                 let report = planes
                     .round(
                         key,
@@ -256,10 +272,38 @@ impl Controller {
         }
     }
 
+    /// The model, after asking the Cloudflare API about any tunnel claim it has not answered
+    /// yet (then decided again with the answers).
+    async fn model(&self, snap: &crate::world::Snapshot, outcome: &mut Outcome) -> Model {
+        let known = self.verifications.lock().await.clone();
+        let model = model::compute(snap, &self.settings, &known);
+        if model.verify_requests.is_empty() {
+            return model;
+        }
+        let answers = futures::future::join_all(
+            model
+                .verify_requests
+                .iter()
+                .map(|r| async move { (r.key.clone(), self.tunnels.verify(r).await) }),
+        )
+        .await;
+        let mut known = self.verifications.lock().await;
+        for (key, answer) in answers {
+            if let Verification::Pending(why) = &answer {
+                tracing::info!(reason = %why, "tunnel claim not verified yet; retrying");
+                outcome.incomplete = true;
+            }
+            known.insert(key, answer);
+        }
+        let known = known.clone();
+        model::compute(snap, &self.settings, &known)
+    }
+
     /// A partition's proxies and its token.
     async fn partition_target(
         &self,
         key: &PartitionKey,
+        model: &Model,
         snap: &crate::world::Snapshot,
     ) -> (Vec<String>, Result<String, String>) {
         match key {
@@ -273,10 +317,25 @@ impl Controller {
                 let token = self.shared_token(snap).await;
                 (endpoints, token)
             }
-            PartitionKey::Dedicated(gw) => (
-                Vec::new(),
-                Err(format!("no dedicated plane for Gateway {gw}")),
-            ),
+            PartitionKey::Dedicated(gw) => {
+                let names = PlaneNames::for_gateway(&gw.name);
+                let endpoints = planes::config_endpoints(
+                    &snap.endpoint_slices,
+                    &gw.namespace,
+                    &names.config_service,
+                );
+                let token = match model.gateways.get(gw).map(|g| &g.plane) {
+                    Some(Plane::Serve(r)) => match &r.auth {
+                        AuthToken::Existing(t) => Ok(t.clone()),
+                        AuthToken::Generate => Err(format!(
+                            "the data plane's token Secret {}/{} is being created",
+                            gw.namespace, names.auth_secret
+                        )),
+                    },
+                    _ => Err(format!("Gateway {gw} is not served")),
+                };
+                (endpoints, token)
+            }
         }
     }
 

@@ -6,7 +6,9 @@
 //! - [`world`]: reflectors of every watched kind and the snapshot a sync round reads.
 //! - [`model`]: the decisions for one snapshot (classes, Gateways, listeners, route attachment,
 //!   partitions' route tables, tunnels' hostnames), without I/O.
+//! - [`dedicated`]: which Gateways get a dedicated plane (resolution, verified claims, cap).
 //! - [`controller`]: the debounced sync loop (leader only): model → Cloudflare → pushes → statuses.
+//! - [`provision`]: dedicated planes' objects applied (drift healed) and removed, never foreign ones.
 //! - [`tunnels`]: per-tunnel ingress document sync with the Cloudflare API (TG-3).
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
@@ -34,12 +36,14 @@ pub mod cap;
 pub mod claims;
 pub mod conditions;
 pub mod controller;
+pub mod dedicated;
 pub mod grants;
 pub mod hostnames;
 pub mod ingress;
 pub mod metrics;
 pub mod model;
 pub mod planes;
+pub mod provision;
 pub mod push;
 pub mod render;
 pub mod seniority;

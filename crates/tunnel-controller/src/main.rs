@@ -17,6 +17,7 @@ use tunnel_controller::controller::{Controller, Parts};
 use tunnel_controller::metrics::Metrics;
 use tunnel_controller::model::Settings;
 use tunnel_controller::planes::Planes;
+use tunnel_controller::provision::{Provisioner, RenderBase};
 use tunnel_controller::push::Pusher;
 use tunnel_controller::status::Writer;
 use tunnel_controller::tunnels::TunnelSync;
@@ -81,6 +82,22 @@ struct Cli {
         default_value = "cloudflare/cloudflared:2026.11.0"
     )]
     connector_image: String,
+    /// The controller pods' labels (`k=v,...`): dedicated planes' NetworkPolicies admit the
+    /// config API only from pods with these labels in --namespace.
+    #[arg(
+        long,
+        env = "CF_CONTROLLER_POD_LABELS",
+        default_value = "app.kubernetes.io/name=tunnel-gateway-controller,app.kubernetes.io/component=controller",
+        value_parser = parse_labels
+    )]
+    controller_pod_labels: std::collections::BTreeMap<String, String>,
+    /// Labels (`k=v,...`) of a monitoring namespace additionally admitted to dedicated planes'
+    /// config port (for scraping /metrics).
+    #[arg(long, env = "CF_MONITORING_NAMESPACE_LABELS", value_parser = parse_labels)]
+    monitoring_namespace_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// Seconds a dedicated plane keeps serving after SIGTERM while its connector unregisters.
+    #[arg(long, env = "CF_DRAIN_GRACE_SECONDS", default_value_t = 30)]
+    drain_grace_seconds: i64,
     /// The kubeconfig to use; in-cluster configuration (or ~/.kube/config) when unset.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
@@ -153,6 +170,22 @@ async fn main() -> anyhow::Result<()> {
         writer: Writer::new(client.clone(), recorder),
         tunnels,
         planes: Planes::new(Pusher::new().context("building the config pusher")?),
+        provisioner: Provisioner::new(
+            client.clone(),
+            RenderBase {
+                controller_namespace: cli.namespace.clone(),
+                controller_pod_labels: cli.controller_pod_labels.clone(),
+                monitoring_namespace_selector: cli.monitoring_namespace_labels.clone().map(|l| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                        match_labels: Some(l),
+                        ..Default::default()
+                    }
+                }),
+                default_proxy_image: cli.proxy_image.clone(),
+                connector_image: cli.connector_image.clone(),
+                drain_grace_seconds: cli.drain_grace_seconds,
+            },
+        ),
         metrics,
         changed,
     }));
@@ -200,4 +233,16 @@ async fn main() -> anyhow::Result<()> {
         l.release().await;
     }
     Ok(())
+}
+
+/// `k=v,k2=v2` into a map.
+fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| format!("{p:?} is not key=value"))
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayStatusAddresses,
 };
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
@@ -23,8 +23,11 @@ use serde_json::{Value, json};
 use tunnel_proxy::config::{self, Config};
 
 use crate::api::{DEFAULT_API_TOKEN_KEY, GROUP, GatewayClassConfig};
+use crate::claims::{self, Sharing};
 use crate::conditions::Verdict;
+use crate::dedicated::{self, ClassPolicy, Decision, Resolved, Verification, VerifyRequest};
 use crate::hostnames;
+use crate::render::{self, PlaneNames};
 use crate::translate::{self, BackendIndex};
 use crate::world::Snapshot;
 
@@ -155,13 +158,36 @@ pub struct GatewayOutcome {
     /// The backend client certificate's verdict.
     pub resolved_refs: Verdict,
     pub listeners: Vec<ListenerOutcome>,
-    /// `<tunnel-id>.cfargotunnel.com`.
-    pub address: Option<String>,
-    /// Where its routes go; `None` when not accepted.
+    /// `status.addresses`: `<tunnel-id>.cfargotunnel.com` of the tunnel it serves (or keeps).
+    pub addresses: Vec<GatewayStatusAddresses>,
+    /// Where its routes go; `None` when nothing is delivered.
     pub partition: Option<PartitionKey>,
     /// The tunnel whose ingress document lists its routes' hostnames.
     pub tunnel: Option<String>,
+    /// The credentials that write that tunnel's document.
+    pub credentials: Option<Credentials>,
+    /// What to do with its dedicated plane's objects.
+    pub plane: Plane,
+    /// What its routes say on this parent when it serves nothing.
+    pub route_refusal: Option<Verdict>,
+    /// The Warning Event reason when `Accepted` turns False (default: the condition's reason).
+    pub accepted_event: Option<&'static str>,
+    /// Other dedicated Gateways on its tunnel.
+    pub sharing: Option<Sharing>,
     client_cert: Option<translate::ClientCert>,
+}
+
+/// A Gateway's dedicated plane, as this round wants it.
+#[derive(Debug, Clone)]
+pub enum Plane {
+    /// Served by the shared plane: owned plane objects (from an earlier parametersRef) go.
+    Shared,
+    /// Render, apply, heal drift.
+    Serve(Box<Resolved>),
+    /// Leave the running plane as it is (post-render breakage).
+    Keep,
+    /// Refused: owned plane objects go.
+    Remove,
 }
 
 /// One parentRef of a route that names a Gateway of ours.
@@ -220,6 +246,8 @@ pub struct TunnelPlan {
 /// Everything decided for one snapshot.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
+    /// Tunnel claims to verify with the Cloudflare API before they can be served.
+    pub verify_requests: Vec<VerifyRequest>,
     pub classes: Vec<ClassOutcome>,
     pub policies: Vec<PolicyOutcome>,
     pub class_configs: Vec<ClassConfigOutcome>,
@@ -234,9 +262,17 @@ pub struct Model {
 struct ClassSettings {
     tunnel_id: String,
     credentials: Credentials,
+    allow_shared_tunnels: bool,
+    max_per_namespace: Option<i32>,
 }
 
-pub fn compute(snap: &Snapshot, settings: &Settings) -> Model {
+/// The decisions for `snap`; `verifications` are the Cloudflare API's answers about dedicated
+/// Gateways' tunnel claims so far (claims not in it are listed in `Model::verify_requests`).
+pub fn compute(
+    snap: &Snapshot,
+    settings: &Settings,
+    verifications: &BTreeMap<String, Verification>,
+) -> Model {
     let mut model = Model::default();
     let ours: Vec<&Arc<GatewayClass>> = snap
         .gateway_classes
@@ -299,14 +335,51 @@ pub fn compute(snap: &Snapshot, settings: &Settings) -> Model {
         snap.secrets.iter().cloned(),
     );
 
+    // Dedicated planes: one decision per class over all its Gateways with a parametersRef.
+    let mut decisions: BTreeMap<ObjKey, Decision> = BTreeMap::new();
+    for (class, cs) in &class_settings {
+        let dedicated: Vec<Arc<Gateway>> = snap
+            .gateways
+            .iter()
+            .filter(|g| g.spec.gateway_class_name == *class)
+            .filter(|g| {
+                g.spec
+                    .infrastructure
+                    .as_ref()
+                    .and_then(|i| i.parameters_ref.as_ref())
+                    .is_some()
+            })
+            .cloned()
+            .collect();
+        decisions.extend(dedicated::decide(
+            &dedicated,
+            snap,
+            &ClassPolicy {
+                class_tunnel: &cs.tunnel_id,
+                credentials: &cs.credentials,
+                allow_shared_tunnels: cs.allow_shared_tunnels,
+                max_per_namespace: cs.max_per_namespace,
+            },
+            verifications,
+            &mut model.verify_requests,
+        ));
+    }
+
     // Gateways.
     let class_names: BTreeSet<String> = ours.iter().map(|c| c.name_any()).collect();
     for gw in &snap.gateways {
         if !class_names.contains(&gw.spec.gateway_class_name) {
             continue;
         }
-        let outcome = gateway_outcome(gw, class_settings.get(&gw.spec.gateway_class_name), &idx);
-        model.gateways.insert(ObjKey::of(gw.as_ref()), outcome);
+        let key = ObjKey::of(gw.as_ref());
+        let outcome = gateway_outcome(
+            gw,
+            class_settings.get(&gw.spec.gateway_class_name),
+            decisions.get(&key),
+            snap,
+            &idx,
+        );
+        model.gateways.insert(key, outcome);
     }
 
     // Routes, oldest first (the Gateway API tie-break and the ingress rule priority).
@@ -370,15 +443,12 @@ pub fn compute(snap: &Snapshot, settings: &Settings) -> Model {
                 });
             }
         }
-        if let (Some(tunnel), Some(cs)) = (
-            &gw.tunnel,
-            class_settings.get(&gw.gateway.spec.gateway_class_name),
-        ) {
+        if let (Some(tunnel), Some(credentials)) = (&gw.tunnel, &gw.credentials) {
             model
                 .tunnels
                 .entry(tunnel.clone())
                 .or_insert_with(|| TunnelPlan {
-                    credentials: cs.credentials.clone(),
+                    credentials: credentials.clone(),
                     hostnames: Vec::new(),
                     routes: BTreeSet::new(),
                     gateways: BTreeSet::new(),
@@ -387,6 +457,37 @@ pub fn compute(snap: &Snapshot, settings: &Settings) -> Model {
                 .insert(ObjKey::of(gw.gateway.as_ref()));
         }
     }
+    // Dedicated Gateways sharing a tunnel: every plane of the tunnel gets every route of it
+    // (cloudflared hands any of the tunnel's hostnames to any of its connectors).
+    let mut groups: BTreeMap<String, Vec<PartitionKey>> = BTreeMap::new();
+    for gw in model.gateways.values() {
+        if let (Some(tunnel), Some(p @ PartitionKey::Dedicated(_)), Some(_)) =
+            (&gw.tunnel, &gw.partition, &gw.sharing)
+        {
+            groups.entry(tunnel.clone()).or_default().push(p.clone());
+        }
+    }
+    for members in groups.values().filter(|m| m.len() > 1) {
+        let mut union = PartitionPlan::default();
+        for m in members {
+            if let Some(plan) = model.partitions.get(m) {
+                for r in &plan.doc.routes {
+                    if !union.doc.routes.contains(r) {
+                        union.doc.routes.push(r.clone());
+                    }
+                }
+                union
+                    .doc
+                    .listeners
+                    .extend(plan.doc.listeners.iter().cloned());
+                union.routes.extend(plan.routes.iter().cloned());
+            }
+        }
+        for m in members {
+            model.partitions.insert(m.clone(), union.clone());
+        }
+    }
+
     // Route hostnames per tunnel, in route priority order.
     for route in &model.routes {
         for parent in &route.parents {
@@ -485,6 +586,8 @@ fn resolve_class(
         ],
     );
     Ok(ClassSettings {
+        allow_shared_tunnels: cfg.spec.allow_shared_tunnels,
+        max_per_namespace: cfg.spec.max_data_planes_per_namespace,
         tunnel_id: cfg.spec.tunnel_id.clone(),
         credentials: Credentials {
             api_token,
@@ -516,86 +619,154 @@ const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 fn gateway_outcome(
     gw: &Arc<Gateway>,
     class: Option<&ClassSettings>,
+    decision: Option<&Decision>,
+    snap: &Snapshot,
     idx: &BackendIndex,
 ) -> GatewayOutcome {
     let listeners = listener_outcomes(&gw.spec.listeners);
     let (client_cert, resolved_refs) = translate::gateway_client_cert(gw, idx);
     let usable = listeners.iter().filter(|l| l.usable).count();
-    let refusal = if let Some(a) = gw.spec.addresses.as_ref().filter(|a| !a.is_empty()) {
-        Some(Verdict::fail(
-            "Accepted",
-            "UnsupportedAddress",
-            format!(
-                "spec.addresses ({} given) is not supported: the address is the tunnel's <tunnel-id>.cfargotunnel.com",
-                a.len()
-            ),
-        ))
-    } else if class.is_none() {
-        Some(Verdict::fail(
-            "Accepted",
-            "InvalidParameters",
-            format!(
-                "GatewayClass {} is not accepted; see its status",
-                gw.spec.gateway_class_name
-            ),
-        ))
-    } else if gw
-        .spec
-        .infrastructure
-        .as_ref()
-        .and_then(|i| i.parameters_ref.as_ref())
-        .is_some()
-    {
-        Some(Verdict::fail(
-            "Accepted",
-            "InvalidParameters",
-            "spec.infrastructure.parametersRef (a dedicated data plane) is not supported by this controller version; remove it to use the shared plane",
-        ))
-    } else if usable == 0 {
-        Some(Verdict::fail(
-            "Accepted",
-            "ListenersNotValid",
-            "no listener is valid; see the listener conditions",
-        ))
-    } else {
-        None
-    };
-    let (accepted, programmed, partition, tunnel) = match refusal {
-        Some(v) => {
-            let p = Verdict::fail("Programmed", "Invalid", v.message.clone());
-            (v, p, None, None)
-        }
-        None => {
-            let accepted = if usable < listeners.len() {
-                Verdict::new(
-                    "Accepted",
-                    true,
-                    "ListenersNotValid",
-                    "some listeners are not valid; see the listener conditions",
-                )
-            } else {
-                Verdict::ok("Accepted", "the Gateway is accepted")
-            };
-            let tunnel = class.map(|c| c.tunnel_id.clone());
-            (
-                accepted,
-                Verdict::ok("Programmed", "routes are served by the shared data plane"),
-                Some(PartitionKey::Shared),
-                tunnel,
-            )
-        }
-    };
-    let address = class.map(|c| format!("{}.cfargotunnel.com", c.tunnel_id));
-    GatewayOutcome {
+    let key = ObjKey::of(gw.as_ref());
+    let mut out = GatewayOutcome {
         gateway: gw.clone(),
-        accepted,
-        programmed,
+        accepted: Verdict::ok("Accepted", "the Gateway is accepted"),
+        programmed: Verdict::ok("Programmed", "routes are served by the shared data plane"),
         resolved_refs,
         listeners,
-        address,
-        partition,
-        tunnel,
+        addresses: Vec::new(),
+        partition: None,
+        tunnel: None,
         client_cert,
+        plane: Plane::Shared,
+        route_refusal: None,
+        accepted_event: None,
+        sharing: None,
+        credentials: class.map(|c| c.credentials.clone()),
+    };
+    let refuse = |out: &mut GatewayOutcome, v: Verdict| {
+        out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());
+        out.accepted = v;
+    };
+    if let Some(a) = gw.spec.addresses.as_ref().filter(|a| !a.is_empty()) {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "UnsupportedAddress",
+                format!(
+                    "spec.addresses ({} given) is not supported: the address is the tunnel's <tunnel-id>.cfargotunnel.com",
+                    a.len()
+                ),
+            ),
+        );
+        return out;
+    }
+    let Some(class) = class else {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "InvalidParameters",
+                format!(
+                    "GatewayClass {} is not accepted; see its status",
+                    gw.spec.gateway_class_name
+                ),
+            ),
+        );
+        return out;
+    };
+    match decision {
+        None => {
+            out.addresses = vec![claims::tunnel_address(&class.tunnel_id)];
+            out.partition = Some(PartitionKey::Shared);
+            out.tunnel = Some(class.tunnel_id.clone());
+        }
+        Some(Decision::Serve { resolved, sharing }) => {
+            let tunnel = resolved.token.tunnel_id().to_ascii_lowercase();
+            out.addresses = claims::status_addresses(gw, Some(&tunnel));
+            out.partition = Some(PartitionKey::Dedicated(key.clone()));
+            out.tunnel = Some(tunnel);
+            out.credentials = Some(resolved.credentials.clone());
+            out.sharing = sharing.clone();
+            out.programmed = plane_programmed(gw, snap);
+            out.plane = Plane::Serve(resolved.clone());
+        }
+        Some(Decision::Keep { tunnel, accepted }) => {
+            out.addresses = claims::status_addresses(gw, Some(tunnel));
+            out.plane = Plane::Keep;
+            out.route_refusal = Some(Verdict::fail(
+                "Accepted",
+                accepted.reason.clone(),
+                format!(
+                    "parent Gateway {key} takes no new configuration (its data plane keeps serving the last one): {}",
+                    accepted.message
+                ),
+            ));
+            refuse(&mut out, accepted.clone());
+            out.accepted_event = Some("RenderFailed");
+            return out;
+        }
+        Some(Decision::Refuse {
+            accepted,
+            programmed,
+            route,
+            event,
+        }) => {
+            out.addresses = claims::status_addresses(gw, None);
+            out.plane = Plane::Remove;
+            out.route_refusal = Some(route.clone());
+            out.accepted = accepted.clone();
+            out.programmed = programmed.clone();
+            out.accepted_event = Some(event);
+            return out;
+        }
+    }
+    if usable == 0 {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "ListenersNotValid",
+                "no listener is valid; see the listener conditions",
+            ),
+        );
+        out.partition = None;
+        out.tunnel = None;
+    } else if usable < out.listeners.len() {
+        out.accepted = Verdict::new(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not valid; see the listener conditions",
+        );
+    }
+    out
+}
+
+/// `Programmed` of a dedicated Gateway: True once its Deployment reports a ready replica.
+fn plane_programmed(gw: &Gateway, snap: &Snapshot) -> Verdict {
+    let ns = gw.namespace().unwrap_or_default();
+    let name = PlaneNames::for_gateway(&gw.name_any()).deployment;
+    let ready = snap
+        .deployments
+        .iter()
+        .find(|d| d.namespace().as_deref() == Some(ns.as_str()) && d.name_any() == name)
+        .filter(|d| render::owned_by_gateway(&d.metadata, gw))
+        .and_then(|d| d.status.as_ref().and_then(|s| s.ready_replicas))
+        .unwrap_or(0);
+    if ready > 0 {
+        Verdict::ok(
+            "Programmed",
+            format!("the dedicated data plane {ns}/{name} has {ready} ready replica(s)"),
+        )
+    } else {
+        Verdict::fail(
+            "Programmed",
+            "Pending",
+            format!(
+                "waiting for a ready replica of the dedicated data plane Deployment {ns}/{name}"
+            ),
+        )
     }
 }
 
@@ -866,6 +1037,14 @@ fn route_outcome(
                 .push(Verdict::ok("ResolvedRefs", "all references resolve")),
         }
         if p.hostnames.is_some()
+            && let Some(sharing) = model
+                .gateways
+                .get(&p.gateway)
+                .and_then(|g| g.sharing.as_ref())
+        {
+            p.verdicts.push(sharing.route_verdict());
+        }
+        if p.hostnames.is_some()
             && let Some(gw) = model.gateways.get_mut(&p.gateway)
         {
             count_attachment(gw, route, p);
@@ -911,6 +1090,9 @@ fn attach(
     port: Option<i64>,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
 ) -> (Verdict, Option<Vec<String>>) {
+    if let Some(v) = &gw.route_refusal {
+        return (v.clone(), None);
+    }
     if gw.partition.is_none() {
         return (
             Verdict::fail(

@@ -16,8 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::{GatewayClass, GatewayClassStatus};
 use gateway_api::apis::standard::gateways::{
-    Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
-    GatewayStatusListenersSupportedKinds,
+    Gateway, GatewayStatus, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
@@ -28,6 +27,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::api::GatewayClassConfig;
+use crate::claims;
 use crate::conditions::{Verdict, merge};
 use crate::model::{
     CLASS_FINALIZER, GATEWAY_GROUP, Model, ObjKey, PROXY_CONFIG_PUSHED, PartitionKey,
@@ -51,6 +51,8 @@ pub struct Effects {
     pub overflow: BTreeMap<RouteId, Vec<String>>,
     /// Partitions whose pushes have kept failing, with the reason.
     pub push_failing: BTreeMap<PartitionKey, String>,
+    /// Dedicated Gateways whose plane could not be written, with the reason.
+    pub render_errors: BTreeMap<ObjKey, String>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -170,7 +172,12 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         let current = gw.status.clone().unwrap_or_default();
         let generation = gw.metadata.generation;
         let current_conditions = current.conditions.clone().unwrap_or_default();
+        let mut accepted = g.accepted.clone();
         let mut programmed = g.programmed.clone();
+        if let Some(err) = effects.render_errors.get(key) {
+            accepted = Verdict::fail("Accepted", "InvalidParameters", err.clone());
+            programmed = Verdict::fail("Programmed", "Invalid", err.clone());
+        }
         if let Some(err) = g.tunnel.as_ref().and_then(|t| effects.tunnel_errors.get(t)) {
             programmed = Verdict::fail(
                 "Programmed",
@@ -183,15 +190,21 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         }
         let conditions = merge(
             &current_conditions,
-            &[g.accepted.clone(), programmed, g.resolved_refs.clone()],
+            &[accepted, programmed, g.resolved_refs.clone()],
             generation,
             &now,
         );
         let first = notices.len();
         notice_failures(&mut notices, gw.as_ref(), &current_conditions, &conditions);
         for n in &mut notices[first..] {
-            if n.reason == "Pending" {
+            if n.reason == "Pending" && g.tunnel.is_some() {
                 n.reason = CLOUDFLARE_SYNC_FAILED.to_owned();
+            } else if effects.render_errors.contains_key(key) && n.reason == "InvalidParameters" {
+                n.reason = "RenderFailed".to_owned();
+            } else if let Some(event) = g.accepted_event
+                && n.reason == g.accepted.reason
+            {
+                n.reason = event.to_owned();
             }
         }
         let current_listeners = current.listeners.clone().unwrap_or_default();
@@ -221,12 +234,7 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             })
             .collect();
         let desired = GatewayStatus {
-            addresses: g.address.as_ref().map(|a| {
-                vec![GatewayStatusAddresses {
-                    r#type: Some("Hostname".to_owned()),
-                    value: a.clone(),
-                }]
-            }),
+            addresses: (!g.addresses.is_empty()).then(|| g.addresses.clone()),
             attached_listener_sets: current.attached_listener_sets,
             conditions: Some(conditions),
             listeners: Some(listeners),
@@ -320,10 +328,14 @@ fn route_write(
         let conditions = merge(&before, &verdicts, r.generation, now);
         for c in &conditions {
             let was = before.iter().find(|b| b.type_ == c.type_);
-            let failing = c.status == "False" || c.type_ == INGRESS_RULE_LIMIT;
+            let failing = c.status == "False"
+                || c.type_ == INGRESS_RULE_LIMIT
+                || c.type_ == claims::CONDITION_TUNNEL_SHARED;
             if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
                 let reason = if sync_failed && c.type_ == "Accepted" {
                     CLOUDFLARE_SYNC_FAILED.to_owned()
+                } else if c.type_ == claims::CONDITION_TUNNEL_SHARED {
+                    claims::EVENT_TUNNEL_SHARED.to_owned()
                 } else {
                     c.reason.clone()
                 };

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use cloudflare_api::{ApiMetrics, Client, RetryPolicy, retry};
 use tokio::sync::Mutex;
 
+use crate::dedicated::{Verification, VerifyRequest};
 use crate::ingress;
 use crate::model::{Credentials, RouteId, TunnelPlan};
+use crate::verify::verify_claim;
 
 /// A tunnel already in sync is read again after this long (drift healing).
 pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
@@ -115,6 +117,24 @@ impl TunnelSync {
             rules,
             wrote,
         })
+    }
+
+    /// Asks the Cloudflare API whether a dedicated Gateway's connector token is a real token of
+    /// a tunnel the credentials' account holds ([`crate::verify::verify_claim`]).
+    pub async fn verify(&self, req: &VerifyRequest) -> Verification {
+        let client = match self.client(&req.credentials).await {
+            Ok(c) => c,
+            Err(e) => return Verification::Pending(e),
+        };
+        let account = match self.account(&client, &req.credentials).await {
+            Ok(a) => a,
+            Err(e) => return Verification::Pending(format!("finding the Cloudflare account: {e}")),
+        };
+        match verify_claim(&client, &account, &req.token).await {
+            Ok(()) => Verification::Verified,
+            Err(e) if e.is_transient() => Verification::Pending(e.to_string()),
+            Err(e) => Verification::Refused(e.gateway_verdict()),
+        }
     }
 
     /// Forgets tunnels that no Gateway uses any more.

@@ -16,8 +16,11 @@ use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -42,6 +45,9 @@ pub struct Stores {
     namespaces: Store<Namespace>,
     class_configs: Store<GatewayClassConfig>,
     gateway_configs: Store<GatewayConfig>,
+    deployments: Store<Deployment>,
+    network_policies: Store<NetworkPolicy>,
+    hpas: Store<HorizontalPodAutoscaler>,
 }
 
 /// Everything the controller reads, as of one moment.
@@ -60,6 +66,11 @@ pub struct Snapshot {
     pub namespaces: Vec<Arc<Namespace>>,
     pub class_configs: Vec<Arc<GatewayClassConfig>>,
     pub gateway_configs: Vec<Arc<GatewayConfig>>,
+    /// Dedicated planes' objects (those labelled as the controller's; a foreign object at a
+    /// rendered name is looked up directly before anything is written there).
+    pub deployments: Vec<Arc<Deployment>>,
+    pub network_policies: Vec<Arc<NetworkPolicy>>,
+    pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
 }
 
 impl Stores {
@@ -79,6 +90,9 @@ impl Stores {
             namespaces: reflect(client, &changed),
             class_configs: reflect(client, &changed),
             gateway_configs: reflect(client, &changed),
+            deployments: reflect_labelled(client, &changed, PLANE_SELECTOR),
+            network_policies: reflect_labelled(client, &changed, PLANE_SELECTOR),
+            hpas: reflect_labelled(client, &changed, PLANE_SELECTOR),
         }
     }
 
@@ -101,6 +115,9 @@ impl Stores {
             self.namespaces.wait_until_ready(),
             self.class_configs.wait_until_ready(),
             self.gateway_configs.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
+            self.hpas.wait_until_ready(),
         );
     }
 
@@ -119,18 +136,42 @@ impl Stores {
             namespaces: self.namespaces.state(),
             class_configs: self.class_configs.state(),
             gateway_configs: self.gateway_configs.state(),
+            deployments: self.deployments.state(),
+            network_policies: self.network_policies.state(),
+            hpas: self.hpas.state(),
         }
     }
 }
 
+/// The label every rendered plane object carries.
+const PLANE_SELECTOR: &str = "app.kubernetes.io/managed-by=tunnel-controller";
+
 fn reflect<K>(client: &Client, changed: &Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    reflect_with(client, changed, watcher::Config::default().any_semantic())
+}
+
+fn reflect_labelled<K>(client: &Client, changed: &Arc<Notify>, selector: &str) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    reflect_with(
+        client,
+        changed,
+        watcher::Config::default().any_semantic().labels(selector),
+    )
+}
+
+fn reflect_with<K>(client: &Client, changed: &Arc<Notify>, config: watcher::Config) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
     let api: Api<K> = Api::all(client.clone());
     let changed = changed.clone();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let stream = watcher(api, config)
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)

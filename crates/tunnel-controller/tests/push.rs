@@ -127,7 +127,12 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
     let clock = VersionClock::default();
     let good = clock.next();
     pusher()
-        .push(std::slice::from_ref(&p.addr), "t", &doc(good, "a.example.com"), &clock)
+        .push(
+            std::slice::from_ref(&p.addr),
+            "t",
+            &doc(good, "a.example.com"),
+            &clock,
+        )
         .await;
     let bad: Config = serde_json::from_value(serde_json::json!({
         "version": clock.next(),
@@ -135,7 +140,9 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
                     "rules": [{"matches": [{"path": {"type": "RegularExpression", "value": "("}}]}]}]
     }))
     .unwrap();
-    let out = pusher().push(std::slice::from_ref(&p.addr), "t", &bad, &clock).await;
+    let out = pusher()
+        .push(std::slice::from_ref(&p.addr), "t", &bad, &clock)
+        .await;
     assert!(
         matches!(&out[0].1, PushOutcome::Rejected { status: 400, message } if message.contains("regex")),
         "{out:?}"

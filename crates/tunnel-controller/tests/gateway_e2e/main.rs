@@ -14,5 +14,6 @@ mod world;
 
 mod bad_input;
 mod cloudflare;
+mod dedicated;
 mod pushes;
 mod routing;

@@ -18,6 +18,7 @@ pub const SYSTEM_NS: &str = "tunnel-gateway-system";
 pub const CLASS: &str = "cloudflare-tunnel";
 pub const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
 pub const SHARED_TOKEN: &str = "shared-plane-e2e-token";
+pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:e2e";
 const API_TOKEN: &str = "cf-api-token-e2e";
 
 pub struct World {
@@ -43,7 +44,7 @@ pub struct Proxy {
 
 fn spec() -> ControlPlaneBuilder {
     ControlPlane::builder()
-        .cluster(ClusterSpec::new("gw"))
+        .cluster(ClusterSpec::new("gw").controller_manager())
         .gateway_api()
 }
 
@@ -171,6 +172,8 @@ spec:
         &format!("127.0.0.1:{metrics_port}"),
         "--cloudflare-api-url",
         &double.base_url(),
+        "--proxy-image",
+        PROXY_IMAGE,
     ]
     .iter()
     .map(|s| s.to_string())

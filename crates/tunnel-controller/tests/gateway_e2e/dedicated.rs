@@ -1,0 +1,585 @@
+//! Per-Gateway isolation (TG-7 .. TG-10): a Gateway with `spec.infrastructure.parametersRef`
+//! gets its own plane (rendered objects, its own tunnel, its own token), traffic and config stay
+//! in it, drift heals, teardown removes it, foreign objects are never touched, tunnel claims are
+//! arbitrated and verified with the Cloudflare API, and the per-namespace cap holds.
+//!
+//! No kubelet runs: the test plays it, starting an in-process proxy with the plane's token and
+//! publishing it in the plane's config Service, and setting the Deployment's ready replicas.
+
+use std::time::Duration;
+
+use base64::Engine;
+use cloudflare_double::TunnelInfo;
+use serde_json::{Value, json};
+use test_cluster::unique_name;
+
+use crate::routing::wait_hostname;
+use crate::world::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn tunnel(name: &str) -> TunnelInfo {
+    let w = world();
+    w.double.add_tunnel(&w.account, name).unwrap()
+}
+
+/// Namespace, backend Service, token Secret, GatewayConfig `cfg` and the Gateway `gw` opting in.
+async fn dedicated_gateway(ns: &str, gw: &str, token: &str, backend_port: u16) {
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: tunnel-{gw}, namespace: {ns}}}
+stringData: {{tunnel-token: "{token}"}}
+---
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayConfig
+metadata: {{name: cfg-{gw}, namespace: {ns}}}
+spec:
+  tunnelTokenSecretRef: {{name: tunnel-{gw}}}
+"#
+    ))
+    .await;
+    apply(&service_yaml(ns, "echo", backend_port)).await;
+    apply(&gateway_yaml(ns, gw, true)).await;
+}
+
+fn gateway_yaml(ns: &str, gw: &str, dedicated: bool) -> String {
+    let infra = if dedicated {
+        format!(
+            "  infrastructure:\n    parametersRef: {{group: cf.k8s.lex.la, kind: GatewayConfig, name: cfg-{gw}}}\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gw}, namespace: {ns}}}
+spec:
+  gatewayClassName: {CLASS}
+{infra}  listeners:
+  - name: http
+    protocol: HTTP
+    port: 80
+"#
+    )
+}
+
+fn route_to(ns: &str, name: &str, gw: &str, host: &str) -> String {
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: {gw}}}]
+  hostnames: ["{host}"]
+  rules: [{{backendRefs: [{{name: echo, port: 80}}]}}]
+"#
+    )
+}
+
+async fn condition(ns: &str, gw: &str, type_: &str) -> Value {
+    let g = get_json(&["gateway", gw, "-n", ns]).await;
+    g["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &str) -> String {
+    eventually(
+        &format!("Gateway {ns}/{gw} {type_}={status}/{reason}"),
+        WAIT,
+        || async {
+            let c = condition(ns, gw, type_).await;
+            if c["status"] == status && c["reason"] == reason {
+                Ok(c["message"].as_str().unwrap_or_default().to_owned())
+            } else {
+                Err(c.to_string())
+            }
+        },
+    )
+    .await
+}
+
+async fn exists(kind: &str, ns: &str, name: &str) -> bool {
+    cluster()
+        .kubectl_ok(&["get", kind, name, "-n", ns, "-o", "name"])
+        .await
+        .is_ok()
+}
+
+/// Plays the kubelet for a plane: a proxy with the plane's token behind its config Service, and
+/// the Deployment reporting a ready replica. Returns the proxy.
+async fn run_plane(ns: &str, gw: &str) -> Proxy {
+    let secret = eventually("the generated token Secret", WAIT, || async {
+        cluster()
+            .kubectl_ok(&[
+                "get",
+                "secret",
+                &format!("cf-proxy-{gw}-auth"),
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.data.auth-token}",
+            ])
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                (!b.is_empty())
+                    .then_some(b)
+                    .ok_or_else(|| "empty".to_owned())
+            })
+    })
+    .await;
+    let token = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    let p = spawn_proxy(&token).await;
+    apply(&format!(
+        r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: cf-proxy-{gw}-config-1
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: cf-proxy-{gw}-config}}
+addressType: FQDN
+ports: [{{name: config-api, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: ["127.1"]
+  conditions: {{ready: false}}
+"#,
+        port = p.admin.port()
+    ))
+    .await;
+    eventually("the Deployment", WAIT, || async {
+        exists("deployment", ns, &format!("cf-proxy-{gw}"))
+            .await
+            .then_some(())
+            .ok_or_else(|| "absent".to_owned())
+    })
+    .await;
+    kubectl(&[
+        "patch",
+        "deployment",
+        &format!("cf-proxy-{gw}"),
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":1,"readyReplicas":1,"availableReplicas":1,"updatedReplicas":1}}"#,
+    ])
+    .await;
+    p
+}
+
+fn tunnel_hostnames(t: &TunnelInfo) -> Vec<String> {
+    let w = world();
+    let (doc, _) = w.double.configuration(&w.account, &t.tunnel_id).unwrap();
+    doc.as_ref()
+        .and_then(|d| d["ingress"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| r["hostname"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("ded");
+    let t = tunnel(&ns);
+    let port = spawn_backend("ded").await;
+    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let host = format!("{ns}.example.com");
+    apply(&route_to(&ns, "web", "gw", &host)).await;
+
+    // Rendered, owned by the Gateway, and not Programmed before a replica is ready.
+    let msg = wait_gateway(&ns, "gw", "Programmed", "False", "Pending").await;
+    assert!(msg.contains("cf-proxy-gw"), "{msg}");
+    let deploy = get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await;
+    let gw = get_json(&["gateway", "gw", "-n", &ns]).await;
+    assert_eq!(
+        deploy["metadata"]["ownerReferences"][0]["uid"],
+        gw["metadata"]["uid"]
+    );
+    assert_eq!(deploy["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    let svc = get_json(&["service", "cf-proxy-gw-config", "-n", &ns]).await;
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
+    let np = get_json(&["networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
+    let ingress = np["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1, "{np}");
+    assert_eq!(
+        ingress[0]["ports"],
+        json!([{"port": 8081, "protocol": "TCP"}])
+    );
+    let from = &ingress[0]["from"][0];
+    assert_eq!(
+        from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], SYSTEM_NS,
+        "the controller's namespace AND its pods, in one peer: {np}"
+    );
+    assert!(
+        from["podSelector"]["matchLabels"]
+            .as_object()
+            .is_some_and(|l| !l.is_empty())
+    );
+    eventually("a ProxyProvisioned Event", WAIT, || async {
+        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
+        ev.contains("ProxyProvisioned")
+            .then_some(())
+            .ok_or_else(|| "none".to_owned())
+    })
+    .await;
+
+    let plane = run_plane(&ns, "gw").await;
+    wait_gateway(&ns, "gw", "Programmed", "True", "Programmed").await;
+    let gw = get_json(&["gateway", "gw", "-n", &ns]).await;
+    assert_eq!(
+        gw["status"]["addresses"][0]["value"],
+        format!("{}.cfargotunnel.com", t.tunnel_id)
+    );
+
+    // Traffic through its own plane; the shared plane does not know the route, and the plane
+    // holds no other Gateway's routes.
+    let data = plane.data;
+    eventually("traffic through the dedicated plane", WAIT, || async {
+        match get_via(data, &host, "/x").await {
+            Ok((200, b)) if b.contains("ded /x") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, _) = get_via(w.proxies[0].data, &host, "/x").await.unwrap();
+    assert_eq!(
+        status, 404,
+        "the shared plane does not serve a dedicated Gateway's route"
+    );
+    let doc = plane.state.document().unwrap();
+    assert!(
+        doc.routes.iter().all(|r| match r {
+            tunnel_proxy::config::Route::Http(h) => h.name.starts_with(&format!("{ns}/")),
+            tunnel_proxy::config::Route::Grpc(g) => g.name.starts_with(&format!("{ns}/")),
+        }),
+        "only this Gateway's routes reach its plane: {doc:?}"
+    );
+    for p in &w.proxies {
+        let shared = p.state.document().unwrap();
+        assert!(!format!("{shared:?}").contains(&format!("{ns}/web")));
+    }
+    // Its own tunnel's ingress document, not the class tunnel's.
+    eventually("the dedicated tunnel lists the hostname", WAIT, || async {
+        let hosts = tunnel_hostnames(&t);
+        hosts
+            .contains(&host)
+            .then_some(())
+            .ok_or_else(|| format!("{hosts:?}"))
+    })
+    .await;
+    wait_hostname(&host, false).await;
+
+    // Drift heals.
+    kubectl(&[
+        "scale",
+        "deployment",
+        "cf-proxy-gw",
+        "-n",
+        &ns,
+        "--replicas=7",
+    ])
+    .await;
+    eventually("replicas restored", WAIT, || async {
+        let d = get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await;
+        (d["spec"]["replicas"] == 2)
+            .then_some(())
+            .ok_or_else(|| d["spec"]["replicas"].to_string())
+    })
+    .await;
+    kubectl(&["delete", "networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
+    eventually("NetworkPolicy recreated", WAIT, || async {
+        exists("networkpolicy", &ns, "cf-proxy-gw-netpol")
+            .await
+            .then_some(())
+            .ok_or_else(|| "absent".to_owned())
+    })
+    .await;
+
+    // Removing parametersRef removes the plane; the Gateway moves to the shared plane.
+    apply(&gateway_yaml(&ns, "gw", false)).await;
+    eventually("the plane is removed", WAIT, || async {
+        let left = [
+            exists("deployment", &ns, "cf-proxy-gw").await,
+            exists("service", &ns, "cf-proxy-gw-config").await,
+            exists("networkpolicy", &ns, "cf-proxy-gw-netpol").await,
+        ];
+        (left == [false; 3])
+            .then_some(())
+            .ok_or_else(|| format!("{left:?}"))
+    })
+    .await;
+    wait_hostname(&host, true).await;
+}
+
+#[tokio::test]
+async fn deleting_the_gateway_removes_its_plane_and_foreign_objects_are_never_touched() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("foreignobj");
+    let t = tunnel(&ns);
+    let port = spawn_backend("foreignobj").await;
+    apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+    ))
+    .await;
+    // Someone else's Deployment at the name the plane of Gateway `taken` would get.
+    apply(&format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: cf-proxy-taken, namespace: {ns}, labels: {{owner: someone-else}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: theirs}}}}
+  template:
+    metadata: {{labels: {{app: theirs}}}}
+    spec: {{containers: [{{name: c, image: example.com/theirs:1}}]}}
+"#
+    ))
+    .await;
+    dedicated_gateway(&ns, "taken", &t.token, port).await;
+    let msg = wait_gateway(&ns, "taken", "Accepted", "False", "InvalidParameters").await;
+    assert!(msg.contains("not owned"), "{msg}");
+    let theirs = get_json(&["deployment", "cf-proxy-taken", "-n", &ns]).await;
+    assert_eq!(
+        theirs["spec"]["template"]["spec"]["containers"][0]["image"],
+        "example.com/theirs:1"
+    );
+    assert!(
+        theirs["metadata"]["ownerReferences"].is_null(),
+        "never adopted"
+    );
+    eventually("a RenderFailed Event", WAIT, || async {
+        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
+        ev.contains("RenderFailed")
+            .then_some(())
+            .ok_or_else(|| "none".to_owned())
+    })
+    .await;
+
+    // Deleting that Gateway leaves their Deployment alone; deleting a served Gateway removes its
+    // plane (garbage collection through the ownerReference).
+    kubectl(&["delete", "gateway", "taken", "-n", &ns]).await;
+    let t2 = tunnel(&format!("{ns}-2"));
+    dedicated_gateway(&ns, "mine", &t2.token, port).await;
+    eventually("the plane of mine", WAIT, || async {
+        exists("deployment", &ns, "cf-proxy-mine")
+            .await
+            .then_some(())
+            .ok_or_else(|| "absent".to_owned())
+    })
+    .await;
+    kubectl(&["delete", "gateway", "mine", "-n", &ns]).await;
+    eventually("garbage collected", WAIT, || async {
+        let left = [
+            exists("deployment", &ns, "cf-proxy-mine").await,
+            exists("service", &ns, "cf-proxy-mine-config").await,
+        ];
+        (left == [false; 2])
+            .then_some(())
+            .ok_or_else(|| format!("{left:?}"))
+    })
+    .await;
+    assert!(exists("deployment", &ns, "cf-proxy-taken").await);
+}
+
+/// A token naming `tunnel` in `account` with a secret that is not the tunnel's.
+fn forged_token(account: &str, tunnel: &str) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    b64.encode(json!({"a": account, "t": tunnel, "s": b64.encode([7u8; 32])}).to_string())
+}
+
+#[tokio::test]
+async fn tunnel_claims_are_verified_and_arbitrated() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let port = spawn_backend("claims").await;
+
+    // The class tunnel belongs to the operator.
+    let ns = unique_name("claim-class");
+    dedicated_gateway(&ns, "gw", &w.tunnel.token, port).await;
+    let msg = wait_gateway(&ns, "gw", "Accepted", "False", "InvalidParameters").await;
+    assert!(msg.contains("GatewayClass tunnel"), "{msg}");
+    eventually("TunnelClaimRejected", WAIT, || async {
+        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
+        ev.contains("TunnelClaimRejected")
+            .then_some(())
+            .ok_or_else(|| "none".to_owned())
+    })
+    .await;
+    assert!(!exists("deployment", &ns, "cf-proxy-gw").await, "no plane");
+    apply(&route_to(&ns, "web", "gw", &format!("{ns}.example.com"))).await;
+    let why = wait_route_condition(
+        "httproute",
+        &ns,
+        "web",
+        "Accepted",
+        "False",
+        "TunnelClaimRejected",
+    )
+    .await;
+    assert!(why.contains("refused"), "routes say why: {why}");
+
+    // A forged token (the right tunnel id, a wrong secret) is refused by verification.
+    let victim = tunnel(&unique_name("victim"));
+    let ns = unique_name("claim-forged");
+    dedicated_gateway(
+        &ns,
+        "gw",
+        &forged_token(&w.account, &victim.tunnel_id),
+        port,
+    )
+    .await;
+    wait_gateway(&ns, "gw", "Accepted", "False", "TunnelSecretMismatch").await;
+    assert!(!exists("deployment", &ns, "cf-proxy-gw").await);
+
+    // Possession beats age: an older Gateway whose configuration resolves only later does not
+    // take the tunnel from the Gateway already serving it.
+    let t = tunnel(&unique_name("contested"));
+    let old_ns = unique_name("claim-old");
+    apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {old_ns}}}\n"
+    ))
+    .await;
+    apply(&gateway_yaml(&old_ns, "gw", true)).await; // no GatewayConfig yet
+    wait_gateway(&old_ns, "gw", "Accepted", "False", "InvalidParameters").await;
+    let holder_ns = unique_name("claim-holder");
+    dedicated_gateway(&holder_ns, "gw", &t.token, port).await;
+    eventually("the holder advertises the tunnel", WAIT, || async {
+        let g = get_json(&["gateway", "gw", "-n", &holder_ns]).await;
+        (g["status"]["addresses"][0]["value"] == format!("{}.cfargotunnel.com", t.tunnel_id))
+            .then_some(())
+            .ok_or_else(|| g["status"].to_string())
+    })
+    .await;
+    dedicated_gateway(&old_ns, "gw", &t.token, port).await;
+    let msg = wait_gateway(&old_ns, "gw", "Accepted", "False", "InvalidParameters").await;
+    assert!(msg.contains(&holder_ns), "names the holder: {msg}");
+    assert_eq!(
+        condition(&holder_ns, "gw", "Accepted").await["status"],
+        "True"
+    );
+
+    // Same namespace: two Gateways may share a tunnel, and their routes say so.
+    let ns = unique_name("claim-same");
+    let t = tunnel(&ns);
+    dedicated_gateway(&ns, "one", &t.token, port).await;
+    apply(&format!(
+        r#"
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayConfig
+metadata: {{name: cfg-two, namespace: {ns}}}
+spec:
+  tunnelTokenSecretRef: {{name: tunnel-one}}
+"#
+    ))
+    .await;
+    apply(&gateway_yaml(&ns, "two", true)).await;
+    apply(&route_to(&ns, "web", "two", &format!("{ns}.example.com"))).await;
+    let note = wait_route_condition(
+        "httproute",
+        &ns,
+        "web",
+        "cf.k8s.lex.la/TunnelShared",
+        "True",
+        "TunnelSharedInNamespace",
+    )
+    .await;
+    assert!(
+        note.contains(&format!("{ns}/one")),
+        "names the other Gateway: {note}"
+    );
+    assert_eq!(condition(&ns, "one", "Accepted").await["status"], "True");
+    assert_eq!(condition(&ns, "two", "Accepted").await["status"], "True");
+}
+
+#[tokio::test]
+async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() {
+    let w = world();
+    let _exclusive = w.lock.write().await;
+    let port = spawn_backend("cap").await;
+    kubectl(&[
+        "patch",
+        "gatewayclassconfig",
+        CLASS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#,
+    ])
+    .await;
+    let ns = unique_name("cap");
+    let (t1, t2) = (tunnel(&format!("{ns}-1")), tunnel(&format!("{ns}-2")));
+    dedicated_gateway(&ns, "first", &t1.token, port).await;
+    wait_gateway(&ns, "first", "Programmed", "False", "Pending").await;
+    dedicated_gateway(&ns, "second", &t2.token, port).await;
+    let msg = wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
+    assert!(msg.contains("first"), "names the holder: {msg}");
+    wait_gateway(&ns, "second", "Programmed", "False", "NoResources").await;
+    assert!(!exists("deployment", &ns, "cf-proxy-second").await);
+    apply(&route_to(
+        &ns,
+        "web",
+        "second",
+        &format!("{ns}.example.com"),
+    ))
+    .await;
+    wait_route_condition(
+        "httproute",
+        &ns,
+        "web",
+        "Accepted",
+        "False",
+        "DataPlaneQuotaExceeded",
+    )
+    .await;
+
+    // Deleting the sibling frees the slot at once.
+    kubectl(&["delete", "gateway", "first", "-n", &ns]).await;
+    wait_gateway(&ns, "second", "Accepted", "True", "Accepted").await;
+    eventually("the second plane", WAIT, || async {
+        exists("deployment", &ns, "cf-proxy-second")
+            .await
+            .then_some(())
+            .ok_or_else(|| "absent".to_owned())
+    })
+    .await;
+
+    kubectl(&[
+        "patch",
+        "gatewayclassconfig",
+        CLASS,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/maxDataPlanesPerNamespace"}]"#,
+    ])
+    .await;
+}
