@@ -2,18 +2,21 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 STATE_DIR ?= .state/demo
+# The demo and the binaries it starts (found next to it in target/debug).
+DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunnel-proxy -p tunnel-controller -p demo
 
 .PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
-## between them; prints the commands to try and stays up until Ctrl-C. `make demo-check` runs them.
+## between them and the tunnel gateway in the client; prints the commands to try and stays up until
+## Ctrl-C. `make demo-check` runs them.
 demo: control-plane
-	$(CARGO) build --quiet -p test-cluster -p resource-proxy -p demo
+	$(CARGO) build --quiet $(DEMO_PACKAGES)
 	@echo "Starting the demo (Ctrl-C stops it)..."
 	./target/debug/demo --state-dir $(STATE_DIR)
 
 demo-check: control-plane
-	$(CARGO) build --quiet -p test-cluster -p resource-proxy -p demo
+	$(CARGO) build --quiet $(DEMO_PACKAGES)
 	./target/debug/demo --state-dir $(STATE_DIR) --check
 
 ## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters.

@@ -1,5 +1,5 @@
 //! `demo`: what `make demo` runs. A `client` and a `target` cluster (real etcd and
-//! kube-apiservers from the `test-cluster` harness) with the products running between them, the
+//! kube-apiservers from the `test-cluster` harness) with the products running on them, the
 //! commands to try, and everything kept up until Ctrl-C or SIGTERM.
 //!
 //! ```text
@@ -7,12 +7,13 @@
 //! demo --state-dir DIR --check           # start, run the printed commands, print PASS/FAIL, exit
 //! ```
 //!
-//! One module per product ([`resource_proxy`]; the tunnel gateway joins later). Each product
-//! starts against the shared control plane, prints its own instructions and contributes its own
+//! One module per product ([`resource_proxy`], [`tunnel_gateway`]). Each product starts against
+//! the shared control plane, prints its own instructions and contributes its own
 //! [`steps::Step`]s, which are both printed (for people) and run (by `--check`).
 
 mod resource_proxy;
 mod steps;
+mod tunnel_gateway;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,7 +28,7 @@ use test_cluster::{ClusterSpec, ControlPlane};
 #[derive(Parser)]
 #[command(
     name = "demo",
-    about = "A client and a target cluster with the resource proxy between them"
+    about = "A client and a target cluster with the resource proxy between them and the tunnel gateway in the client"
 )]
 struct Cli {
     /// Where PKI, kubeconfigs, configs and logs go. Wiped at start.
@@ -122,20 +123,27 @@ async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
 
     eprintln!("Starting the resource proxy ...");
     let mut proxy = resource_proxy::ResourceProxy::start(&cp, state_dir).await?;
+    eprintln!("Starting the tunnel gateway ...");
+    let mut gateway = tunnel_gateway::TunnelGateway::start(&cp, state_dir).await?;
 
     let mut pids = cp.pids();
     pids.push(proxy.pid());
+    pids.extend(gateway.pids());
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     std::fs::write(state_dir.join("pids"), pids.join("\n"))?;
 
     if check {
-        let passed = steps::check(&cp, &proxy.steps()).await;
+        let mut all = proxy.steps();
+        all.extend(gateway.steps());
+        let passed = steps::check(&cp, &all).await;
         if passed {
             println!("PASS");
         } else {
             println!("FAIL");
             println!("--- resource-proxy log ---\n{}", proxy.log_tail(60));
+            println!("{}", gateway.log_tails(40));
         }
+        drop(gateway);
         drop(proxy);
         drop(cp);
         return Ok(passed);
@@ -156,17 +164,18 @@ async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
     println!();
     print!("{}", proxy.describe());
     println!();
+    print!("{}", gateway.describe());
+    println!();
     println!("Try it in another shell:");
     println!();
     println!("  source {}", state_dir.join("env").display());
-    for step in proxy.steps() {
-        println!();
-        println!("  # {}", step.title);
-        println!("  {}", step.command_line());
-    }
+    print_steps(&proxy.steps());
+    println!();
+    println!("The tunnel gateway:");
+    print_steps(&gateway.steps());
     println!();
     println!(
-        "Ready. Ctrl-C (or `make clean-state`) stops the proxy and the clusters; `make demo-check` runs the commands above itself."
+        "Ready. Ctrl-C (or `make clean-state`) stops the products and the clusters; `make demo-check` runs the commands above itself."
     );
     std::fs::write(state_dir.join("ready"), "")?;
 
@@ -181,13 +190,43 @@ async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
                     eprintln!("the resource proxy exited ({status}); last log lines:\n{}", proxy.log_tail(40));
                     break Ok(false);
                 }
+                if let Some((name, status)) = gateway.exited() {
+                    eprintln!("{name} exited ({status}); last log lines:\n{}", gateway.log_tails(40));
+                    break Ok(false);
+                }
             }
         }
     };
     eprintln!("stopping");
+    drop(gateway);
     drop(proxy);
     drop(cp);
     outcome
+}
+
+fn print_steps(steps: &[steps::Step]) {
+    for step in steps {
+        println!();
+        println!("  # {}", step.title);
+        println!("  {}", step.command_line());
+    }
+}
+
+/// A binary of this workspace next to the demo executable (cargo builds them into one
+/// directory); `package` is what to build when it is missing.
+fn sibling_binary(name: &str, package: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the demo executable")?;
+    let dir = exe
+        .parent()
+        .context("the demo executable has no directory")?;
+    let binary = dir.join(name);
+    if !binary.is_file() {
+        bail!(
+            "{} not found; build it next to the demo with `cargo build -p {package} -p demo` (make demo does)",
+            binary.display()
+        );
+    }
+    Ok(binary)
 }
 
 /// `DIR/env`: shell exports `KUBECONFIG_<CLUSTER>` and `KUBECTL`, as `test-cluster up` writes it.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use test_cluster::{ControlPlane, ManagedProcess};
 
+use crate::sibling_binary;
 use crate::steps::{Expect, On, Step};
 
 pub const GROUP: &str = "demo.example";
@@ -187,7 +188,7 @@ metrics:
         std::fs::write(p("widget.yaml"), widget("my-widget", 1, "blue"))?;
         std::fs::write(p("their-widget.yaml"), widget("their-widget", 7, "red"))?;
 
-        let binary = resource_proxy_binary()?;
+        let binary = sibling_binary("resource-proxy", "resource-proxy")?;
         let process = ManagedProcess::spawn(
             "resource-proxy",
             &binary,
@@ -411,20 +412,4 @@ metrics:
             ),
         ]
     }
-}
-
-/// `resource-proxy` next to this executable (both land in the same cargo target directory).
-fn resource_proxy_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating the demo executable")?;
-    let dir = exe
-        .parent()
-        .context("the demo executable has no directory")?;
-    let binary = dir.join("resource-proxy");
-    if !binary.is_file() {
-        bail!(
-            "{} not found; build it next to the demo with `cargo build -p resource-proxy -p demo` (make demo does)",
-            binary.display()
-        );
-    }
-    Ok(binary)
 }

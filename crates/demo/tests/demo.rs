@@ -1,21 +1,28 @@
-//! `make demo` works: the built `demo --check` brings up the clusters and the resource proxy,
-//! runs every command the demo prints, and passes.
+//! `make demo` works: the built `demo --check` brings up the clusters, the resource proxy and the
+//! tunnel gateway, runs every command the demo prints, and passes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use test_cluster::ManagedProcess;
 
-/// The demo finds `resource-proxy` next to its own executable; `cargo test --workspace` (and
-/// `make test`) builds both into the same directory.
+/// The demo finds the binaries it starts next to its own executable; `cargo test --workspace`
+/// (and `make test`) builds them all into the same directory.
 fn demo_binary() -> PathBuf {
     let demo = PathBuf::from(env!("CARGO_BIN_EXE_demo"));
-    let proxy = demo.parent().unwrap().join("resource-proxy");
-    assert!(
-        proxy.is_file(),
-        "{} is missing: build it with `cargo build -p resource-proxy` (cargo test --workspace does)",
-        proxy.display()
-    );
+    for (binary, package) in [
+        ("resource-proxy", "resource-proxy"),
+        ("cloudflare-double", "cloudflare-double"),
+        ("tunnel-proxy", "tunnel-proxy"),
+        ("tunnel-gateway-controller", "tunnel-controller"),
+    ] {
+        let path = demo.parent().unwrap().join(binary);
+        assert!(
+            path.is_file(),
+            "{} is missing: build it with `cargo build -p {package}` (cargo test --workspace does)",
+            path.display()
+        );
+    }
     demo
 }
 
@@ -69,20 +76,26 @@ fn demo_check_runs_every_printed_command_and_passes() {
         !lines.iter().any(|l| l.starts_with("FAIL")),
         "a step failed:\n{output}"
     );
-    // Every step ran (the watch and the protected APIService among them).
+    // Every step ran: the resource proxy's (the watch and the protected APIService among them)
+    // and the tunnel gateway's (through the shared plane to the backend, and at Cloudflare).
     let passed = lines.iter().filter(|l| l.starts_with("PASS  ")).count();
-    assert!(passed >= 15, "only {passed} steps ran:\n{output}");
+    assert!(passed >= 24, "only {passed} steps ran:\n{output}");
     for wanted in [
         "get widgets -n demo -w",
         "delete apiservice v1.demo.example",
         "--show-labels",
+        "gateway/hello",
+        "httproute/hello",
+        "curl -s -H 'Host: hello.demo.example' http://127.0.0.1:",
+        "/cfd_tunnel/6ff42ae2-765d-4adf-8112-31c55c1551ef/configurations",
     ] {
         assert!(output.contains(wanted), "no step ran {wanted:?}:\n{output}");
     }
-    // The demo stopped what it started (the clusters and the proxy) and removed its pid file.
+    // The demo stopped what it started (the clusters, the proxy, the double, the shared plane
+    // and the controller) and removed its pid file.
     assert!(!Path::new(&state).join("up.pid").exists());
     let pids = std::fs::read_to_string(state.join("pids")).unwrap();
-    assert!(pids.lines().count() >= 4, "pids: {pids}");
+    assert!(pids.lines().count() >= 7, "pids: {pids}");
     for pid in pids.lines() {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         assert!(
