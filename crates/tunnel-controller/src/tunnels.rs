@@ -37,7 +37,8 @@ pub struct TunnelResult {
 
 #[derive(Default)]
 struct TunnelState {
-    synced: Option<(Vec<String>, Instant, usize)>,
+    /// Hostnames, when, rules written, and a fingerprint of the credentials used.
+    synced: Option<(Vec<String>, Instant, usize, String)>,
 }
 
 /// Syncs tunnels; keeps clients, accounts and what each tunnel was last synced to.
@@ -64,7 +65,13 @@ impl TunnelSync {
 
     /// Brings `tunnel`'s ingress document to `plan`; the error is what routes will show.
     pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, String> {
+        // The credentials are part of what was synced: a rotated API token is used at once (and
+        // a document another party changed meanwhile is healed with it).
         let hostnames: Vec<String> = plan.hostnames.iter().map(|(h, _)| h.clone()).collect();
+        let fingerprint = crate::render::sha256_hex(&format!(
+            "{}\n{:?}",
+            plan.credentials.api_token, plan.credentials.account_id
+        ));
         let state = self
             .state
             .lock()
@@ -73,8 +80,9 @@ impl TunnelSync {
             .or_default()
             .clone();
         let mut state = state.lock().await;
-        if let Some((synced, at, rules)) = &state.synced
+        if let Some((synced, at, rules, fp)) = &state.synced
             && *synced == hostnames
+            && *fp == fingerprint
             && at.elapsed() < RESYNC_AFTER
         {
             return Ok(TunnelResult {
@@ -110,7 +118,7 @@ impl TunnelSync {
             .map_err(describe)?;
             tracing::info!(tunnel, rules, "tunnel ingress document written");
         }
-        state.synced = Some((hostnames.clone(), Instant::now(), rules));
+        state.synced = Some((hostnames.clone(), Instant::now(), rules, fingerprint));
         let overflow = overflow_of(plan, &hostnames);
         Ok(TunnelResult {
             overflow,
