@@ -284,8 +284,8 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
         "only this Gateway's routes reach its plane: {doc:?}"
     );
     for p in &w.proxies {
-        let shared = p.state.document().unwrap();
-        assert!(!format!("{shared:?}").contains(&format!("{ns}/web")));
+        let shared = format!("{:?}", p.state.document());
+        assert!(!shared.contains(&format!("{ns}/web")), "{shared}");
     }
     // Its own tunnel's ingress document, not the class tunnel's.
     eventually("the dedicated tunnel lists the hostname", WAIT, || async {
@@ -581,5 +581,254 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
         "-p",
         r#"[{"op":"remove","path":"/spec/maxDataPlanesPerNamespace"}]"#,
     ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_new_changes_closed()
+{
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("broken");
+    let t = tunnel(&ns);
+    let port = spawn_backend("broken").await;
+    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let host = format!("{ns}.example.com");
+    apply(&route_to(&ns, "web", "gw", &host)).await;
+    let plane = run_plane(&ns, "gw").await;
+    let data = plane.data;
+    eventually("traffic through the plane", WAIT, || async {
+        match get_via(data, &host, "/").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let served = plane.state.document().unwrap().version;
+
+    // The token Secret goes away after a healthy render.
+    kubectl(&["delete", "secret", "tunnel-gw", "-n", &ns]).await;
+    let msg = wait_gateway(&ns, "gw", "Accepted", "False", "InvalidParameters").await;
+    assert!(msg.contains("tunnel-gw"), "names the missing Secret: {msg}");
+    wait_route_condition(
+        "httproute",
+        &ns,
+        "web",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+    )
+    .await;
+    // A new route is not delivered; the plane keeps serving the last config.
+    let new_host = format!("new-{ns}.example.com");
+    apply(&route_to(&ns, "later", "gw", &new_host)).await;
+    wait_route_condition(
+        "httproute",
+        &ns,
+        "later",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        plane.state.document().unwrap().version,
+        served,
+        "nothing new was pushed"
+    );
+    assert!(
+        exists("deployment", &ns, "cf-proxy-gw").await,
+        "the plane is kept"
+    );
+    let (status, _) = get_via(data, &host, "/still").await.unwrap();
+    assert_eq!(status, 200, "the last config keeps serving");
+    let (status, _) = get_via(data, &new_host, "/").await.unwrap();
+    assert_eq!(status, 404, "new changes fail closed");
+    // The tunnel stays claimed: the Gateway keeps advertising it.
+    let g = get_json(&["gateway", "gw", "-n", &ns]).await;
+    assert_eq!(
+        g["status"]["addresses"][0]["value"],
+        format!("{}.cfargotunnel.com", t.tunnel_id)
+    );
+}
+
+#[tokio::test]
+async fn a_tunnel_sync_failure_marks_only_that_gateways_routes_pending() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let port = spawn_backend("contain").await;
+    let (ns_a, ns_b) = (unique_name("contain-a"), unique_name("contain-b"));
+    let (ta, tb) = (tunnel(&ns_a), tunnel(&ns_b));
+    dedicated_gateway(&ns_a, "gw", &ta.token, port).await;
+    dedicated_gateway(&ns_b, "gw", &tb.token, port).await;
+    apply(&route_to(
+        &ns_a,
+        "web",
+        "gw",
+        &format!("{ns_a}.example.com"),
+    ))
+    .await;
+    apply(&route_to(
+        &ns_b,
+        "web",
+        "gw",
+        &format!("{ns_b}.example.com"),
+    ))
+    .await;
+    wait_route_condition("httproute", &ns_a, "web", "Accepted", "True", "Accepted").await;
+    wait_route_condition("httproute", &ns_b, "web", "Accepted", "True", "Accepted").await;
+
+    w.double.inject(
+        cloudflare_double::FaultRule::new(
+            format!(
+                "/accounts/{}/cfd_tunnel/{}/configurations",
+                w.account, ta.tunnel_id
+            ),
+            cloudflare_double::Fault::Status(503),
+        )
+        .times(100_000),
+    );
+    apply(&route_to(
+        &ns_a,
+        "more",
+        "gw",
+        &format!("more-{ns_a}.example.com"),
+    ))
+    .await;
+    apply(&route_to(
+        &ns_b,
+        "more",
+        "gw",
+        &format!("more-{ns_b}.example.com"),
+    ))
+    .await;
+    wait_route_condition("httproute", &ns_a, "web", "Accepted", "False", "Pending").await;
+    wait_route_condition("httproute", &ns_b, "more", "Accepted", "True", "Accepted").await;
+    assert_eq!(
+        route_condition("httproute", &ns_b, "web", "Accepted")
+            .await
+            .map(|c| c.0),
+        Some("True".into()),
+        "the other tunnel's routes are untouched"
+    );
+    eventually("tunnel B's document updated", WAIT, || async {
+        let hosts = tunnel_hostnames(&tb);
+        hosts
+            .contains(&format!("more-{ns_b}.example.com"))
+            .then_some(())
+            .ok_or_else(|| format!("{hosts:?}"))
+    })
+    .await;
+    w.double.clear_faults();
+    wait_route_condition("httproute", &ns_a, "more", "Accepted", "True", "Accepted").await;
+}
+
+#[tokio::test]
+async fn rotating_a_bring_your_own_token_rolls_the_pods_and_reauthenticates_the_pushes() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("rotate");
+    let t = tunnel(&ns);
+    let port = spawn_backend("rotate").await;
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: tunnel-gw, namespace: {ns}}}
+stringData: {{tunnel-token: "{token}"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: plane-auth, namespace: {ns}}}
+stringData: {{auth-token: first-token}}
+---
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayConfig
+metadata: {{name: cfg-gw, namespace: {ns}}}
+spec:
+  tunnelTokenSecretRef: {{name: tunnel-gw}}
+  authTokenSecretRef: {{name: plane-auth}}
+"#,
+        token = t.token
+    ))
+    .await;
+    apply(&service_yaml(&ns, "echo", port)).await;
+    apply(&gateway_yaml(&ns, "gw", true)).await;
+    let host = format!("{ns}.example.com");
+    apply(&route_to(&ns, "web", "gw", &host)).await;
+
+    let hash = |d: &Value| {
+        d["spec"]["template"]["metadata"]["annotations"]["cf.k8s.lex.la/auth-token-hash"].clone()
+    };
+    let before = eventually("the Deployment", WAIT, || async {
+        let d = get_json(&["deployment", "-n", &ns]).await;
+        d["items"]
+            .as_array()
+            .and_then(|i| i.first().cloned())
+            .ok_or_else(|| "absent".to_owned())
+    })
+    .await;
+    assert!(
+        !exists("secret", &ns, "cf-proxy-gw-auth").await,
+        "a bring-your-own token generates nothing"
+    );
+    let first = spawn_proxy("first-token").await;
+    publish_plane_proxy(&ns, "gw", &first).await;
+    let data = first.data;
+    eventually("pushed with the first token", WAIT, || async {
+        match get_via(data, &host, "/").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: plane-auth, namespace: {ns}}}\nstringData: {{auth-token: second-token}}\n"
+    ))
+    .await;
+    eventually("the pod template rolls", WAIT, || async {
+        let d = get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await;
+        (hash(&d) != hash(&before))
+            .then_some(())
+            .ok_or_else(|| hash(&d).to_string())
+    })
+    .await;
+    // The rolled pod has the new token; pushes authenticate with it.
+    let second = spawn_proxy("second-token").await;
+    publish_plane_proxy(&ns, "gw", &second).await;
+    let data = second.data;
+    eventually("pushed with the second token", WAIT, || async {
+        match get_via(data, &host, "/").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Points the plane's config Service at `p` (replacing the previous pod).
+async fn publish_plane_proxy(ns: &str, gw: &str, p: &Proxy) {
+    apply(&format!(
+        r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: cf-proxy-{gw}-config-1
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: cf-proxy-{gw}-config}}
+addressType: FQDN
+ports: [{{name: config-api, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: ["127.1"]
+  conditions: {{ready: false}}
+"#,
+        port = p.admin.port()
+    ))
     .await;
 }
