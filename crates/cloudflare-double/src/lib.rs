@@ -158,6 +158,15 @@ impl CloudflareDouble {
         lock(&self.world).tunnel_token(account_id, tunnel_id)
     }
 
+    /// Gives the tunnel a new secret; returns its new connector token.
+    pub fn rotate_tunnel_secret(
+        &self,
+        account_id: &str,
+        tunnel_id: &str,
+    ) -> Result<String, ControlError> {
+        lock(&self.world).rotate_tunnel_secret(account_id, tunnel_id)
+    }
+
     /// Replaces a tunnel's configuration document without validation, as if written elsewhere
     /// (e.g. the dashboard). Bumps the version, not the write count.
     pub fn set_configuration(

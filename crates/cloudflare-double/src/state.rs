@@ -379,6 +379,21 @@ impl World {
             .ok_or_else(|| ControlError::NoTunnel(account_id.into(), tunnel_id.into()))
     }
 
+    /// Gives the tunnel a new random secret (what the dashboard's "refresh token" and the API's
+    /// tunnel update with a new `tunnel_secret` do) and returns its new connector token; tokens
+    /// with the old secret stop matching.
+    pub fn rotate_tunnel_secret(
+        &mut self,
+        account_id: &str,
+        tunnel_id: &str,
+    ) -> Result<String, ControlError> {
+        let t = self.tunnel_mut(account_id, tunnel_id)?;
+        let mut secret = vec![0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        t.secret = secret;
+        self.tunnel_token(account_id, tunnel_id)
+    }
+
     /// The connector token: base64 of `{"a": account, "t": tunnel, "s": base64 secret}`.
     pub fn tunnel_token(&self, account_id: &str, tunnel_id: &str) -> Result<String, ControlError> {
         let t = self.tunnel(account_id, tunnel_id)?;

@@ -522,25 +522,48 @@ spec:
     assert_eq!(condition(&ns, "two", "Accepted").await["status"], "True");
 }
 
-#[tokio::test]
-async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() {
-    let w = world();
-    let _exclusive = w.lock.write().await;
-    let port = spawn_backend("cap").await;
+async fn set_class(patch: &str) {
     kubectl(&[
         "patch",
         "gatewayclassconfig",
         CLASS,
         "--type=merge",
         "-p",
-        r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#,
+        patch,
     ])
     .await;
+}
+
+async fn unset_cap() {
+    kubectl(&[
+        "patch",
+        "gatewayclassconfig",
+        CLASS,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/maxDataPlanesPerNamespace"}]"#,
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() {
+    let w = world();
+    let _exclusive = w.lock.write().await;
+    let port = spawn_backend("cap").await;
+    set_class(r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#).await;
     let ns = unique_name("cap");
-    let (t1, t2) = (tunnel(&format!("{ns}-1")), tunnel(&format!("{ns}-2")));
-    dedicated_gateway(&ns, "first", &t1.token, port).await;
+    let tokens: Vec<TunnelInfo> = (0..3).map(|i| tunnel(&format!("{ns}-{i}"))).collect();
+    // `elder` exists first, on the shared plane: it does not count.
+    apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+    ))
+    .await;
+    apply(&gateway_yaml(&ns, "elder", false)).await;
+    wait_gateway(&ns, "elder", "Accepted", "True", "Accepted").await;
+    dedicated_gateway(&ns, "first", &tokens[0].token, port).await;
     wait_gateway(&ns, "first", "Programmed", "False", "Pending").await;
-    dedicated_gateway(&ns, "second", &t2.token, port).await;
+    dedicated_gateway(&ns, "second", &tokens[1].token, port).await;
     let msg = wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
     assert!(msg.contains("first"), "names the holder: {msg}");
     wait_gateway(&ns, "second", "Programmed", "False", "NoResources").await;
@@ -573,15 +596,127 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     })
     .await;
 
-    kubectl(&[
-        "patch",
-        "gatewayclassconfig",
-        CLASS,
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/spec/maxDataPlanesPerNamespace"}]"#,
-    ])
+    // An older Gateway opting in later evicts the newest.
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: tunnel-elder, namespace: {ns}}}\nstringData: {{tunnel-token: \"{}\"}}\n---\napiVersion: cf.k8s.lex.la/v1alpha1\nkind: GatewayConfig\nmetadata: {{name: cfg-elder, namespace: {ns}}}\nspec:\n  tunnelTokenSecretRef: {{name: tunnel-elder}}\n",
+        tokens[2].token
+    ))
     .await;
+    apply(&gateway_yaml(&ns, "elder", true)).await;
+    wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
+    wait_gateway(&ns, "elder", "Accepted", "True", "Accepted").await;
+    eventually("the evicted plane is removed", WAIT, || async {
+        (!exists("deployment", &ns, "cf-proxy-second").await)
+            .then_some(())
+            .ok_or_else(|| "still there".to_owned())
+    })
+    .await;
+    // The evicted Gateway keeps its published address.
+    let g = get_json(&["gateway", "second", "-n", &ns]).await;
+    assert_eq!(
+        g["status"]["addresses"][0]["value"],
+        format!("{}.cfargotunnel.com", tokens[1].tunnel_id)
+    );
+
+    // Raising the cap admits it again; lowering it evicts the newest again.
+    set_class(r#"{"spec":{"maxDataPlanesPerNamespace":2}}"#).await;
+    wait_gateway(&ns, "second", "Accepted", "True", "Accepted").await;
+    set_class(r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#).await;
+    wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
+    assert_eq!(condition(&ns, "elder", "Accepted").await["status"], "True");
+
+    // A Gateway refused for its tunnel claim still holds its slot.
+    let ns2 = unique_name("cap-claim");
+    dedicated_gateway(&ns2, "squatter", &w.tunnel.token, port).await;
+    wait_gateway(&ns2, "squatter", "Accepted", "False", "InvalidParameters").await;
+    let t = tunnel(&ns2);
+    dedicated_gateway(&ns2, "later", &t.token, port).await;
+    wait_gateway(&ns2, "later", "Accepted", "False", "DataPlaneQuotaExceeded").await;
+
+    unset_cap().await;
+    wait_gateway(&ns2, "later", "Accepted", "True", "Accepted").await;
+}
+
+#[tokio::test]
+async fn allow_shared_tunnels_merges_claims_across_namespaces() {
+    let w = world();
+    let _exclusive = w.lock.write().await;
+    let port = spawn_backend("sharedt").await;
+    let (ns_a, ns_b) = (unique_name("share-a"), unique_name("share-b"));
+    let t = tunnel(&ns_a);
+    dedicated_gateway(&ns_a, "gw", &t.token, port).await;
+    wait_gateway(&ns_a, "gw", "Programmed", "False", "Pending").await;
+    dedicated_gateway(&ns_b, "gw", &t.token, port).await;
+    let msg = wait_gateway(&ns_b, "gw", "Accepted", "False", "InvalidParameters").await;
+    assert!(msg.contains(&ns_a), "refused while sharing is off: {msg}");
+
+    set_class(r#"{"spec":{"allowSharedTunnels":true}}"#).await;
+    wait_gateway(&ns_b, "gw", "Accepted", "True", "Accepted").await;
+    apply(&route_to(
+        &ns_b,
+        "web",
+        "gw",
+        &format!("{ns_b}.example.com"),
+    ))
+    .await;
+    let note = wait_route_condition(
+        "httproute",
+        &ns_b,
+        "web",
+        "cf.k8s.lex.la/TunnelShared",
+        "True",
+        "TunnelSharedAcrossNamespaces",
+    )
+    .await;
+    assert!(note.contains(&format!("{ns_a}/gw")), "{note}");
+    eventually("a TunnelShared Event", WAIT, || async {
+        let ev = kubectl(&["get", "events", "-n", &ns_b, "-o", "json"]).await;
+        ev.contains("\"TunnelShared\"")
+            .then_some(())
+            .ok_or_else(|| "none".to_owned())
+    })
+    .await;
+
+    set_class(r#"{"spec":{"allowSharedTunnels":false}}"#).await;
+    wait_gateway(&ns_b, "gw", "Accepted", "False", "InvalidParameters").await;
+    assert_eq!(condition(&ns_a, "gw", "Accepted").await["status"], "True");
+}
+
+#[tokio::test]
+async fn an_established_holder_keeps_its_tunnel_through_a_token_rotation() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let port = spawn_backend("holdrot").await;
+    let ns = unique_name("holdrot");
+    let t = tunnel(&ns);
+    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    wait_gateway(&ns, "gw", "Programmed", "False", "Pending").await;
+    let hash = |d: &Value| {
+        d["spec"]["template"]["metadata"]["annotations"]["cf.k8s.lex.la/tunnel-token-hash"].clone()
+    };
+    let before = hash(&get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await);
+
+    let rotated = w
+        .double
+        .rotate_tunnel_secret(&w.account, &t.tunnel_id)
+        .unwrap();
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: tunnel-gw, namespace: {ns}}}\nstringData: {{tunnel-token: \"{rotated}\"}}\n"
+    ))
+    .await;
+    eventually("the pods roll onto the new token", WAIT, || async {
+        let d = get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await;
+        (hash(&d) != before)
+            .then_some(())
+            .ok_or_else(|| hash(&d).to_string())
+    })
+    .await;
+    assert_eq!(condition(&ns, "gw", "Accepted").await["status"], "True");
+    let g = get_json(&["gateway", "gw", "-n", &ns]).await;
+    assert_eq!(
+        g["status"]["addresses"][0]["value"],
+        format!("{}.cfargotunnel.com", t.tunnel_id)
+    );
 }
 
 #[tokio::test]
