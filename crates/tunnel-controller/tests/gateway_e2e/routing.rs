@@ -136,6 +136,24 @@ async fn a_gateway_and_route_become_accepted_and_programmed_and_traffic_flows() 
         assert!(metrics.contains(series), "{series} missing from\n{metrics}");
     }
 
+    // Rounds keep running for other tests' objects; an unchanged status is not written again.
+    let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
+    let route_before = rv(&get_json(&["httproute", "web", "-n", &ns]).await);
+    let gateway_before = rv(&get_json(&["gateway", "gw", "-n", &ns]).await);
+    apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: nudge, namespace: {ns}}}\n"
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        rv(&get_json(&["httproute", "web", "-n", &ns]).await),
+        route_before
+    );
+    assert_eq!(
+        rv(&get_json(&["gateway", "gw", "-n", &ns]).await),
+        gateway_before
+    );
+
     let class = get_json(&["gatewayclass", CLASS]).await;
     assert_eq!(class["status"]["conditions"][0]["status"], "True");
     let finalizers = class["metadata"]["finalizers"].to_string();
