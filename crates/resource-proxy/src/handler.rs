@@ -26,7 +26,7 @@ use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
 use crate::selector::{is_owned_answer, is_owned_object, scope_query};
 use crate::status::{RETRY_AFTER_SECONDS, Status};
-use crate::target::TargetClient;
+use crate::target::{TargetBody, TargetClient};
 
 /// Errors of a body stream: the target's, or ours.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -901,7 +901,7 @@ fn target_unavailable(ctx: &Listener, verb: &str, reason: &'static str) -> Outco
 }
 
 /// Logs a 5xx answer of the target with the start of its body (the caller gets a 503).
-async fn log_server_error(ctx: &Listener, path: &str, resp: Response<Incoming>, what: &str) {
+async fn log_server_error(ctx: &Listener, path: &str, resp: Response<TargetBody>, what: &str) {
     let code = resp.status();
     let body = resp
         .into_body()
@@ -919,7 +919,7 @@ async fn log_server_error(ctx: &Listener, path: &str, resp: Response<Incoming>, 
 /// Turns the target's answer (or failure) into the caller's.
 async fn answer(
     ctx: &Listener,
-    result: Result<Response<Incoming>, crate::target::TargetError>,
+    result: Result<Response<TargetBody>, crate::target::TargetError>,
     path_and_query: &str,
     verb: &str,
     watch: bool,
@@ -1065,7 +1065,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// A watch stream with owner references restored in each event. Events are JSON lines; each
 /// complete line is passed on as soon as it arrives.
-fn restore_watch_stream(body: Incoming) -> ProxyBody {
+fn restore_watch_stream(body: TargetBody) -> ProxyBody {
     use bytes::BytesMut;
     use hyper::body::Frame;
 
