@@ -203,7 +203,9 @@ impl TargetClient {
     }
 
     /// Sends `req` (whose URI is a path and query) to the next peer, with the proxy's
-    /// credential. The response body streams.
+    /// credential. The response body streams. When no connection to the peer can be had (the
+    /// dial failed: nothing of the request was sent), it is tried once more on another healthy
+    /// peer, whatever its verb.
     pub async fn send(
         &self,
         mut req: Request<Full<Bytes>>,
@@ -225,7 +227,17 @@ impl TargetClient {
         for (k, v) in &inner.auth_headers {
             headers.append(k.clone(), v.clone());
         }
-        self.send_to(&pick, req, &path_and_query).await
+        let retry = req.clone();
+        match self.send_to(&pick, req, &path_and_query).await {
+            Err(e) if e.is_dial_failure() => {
+                let Some(other) = inner.peers.pick_other(&pick.addr) else {
+                    return Err(e);
+                };
+                tracing::info!(target = %inner.name, failed = %pick.addr, retry = %other.addr, error = %e, "dial failed; trying the request once on another peer");
+                self.send_to(&other, retry, &path_and_query).await
+            }
+            result => result,
+        }
     }
 
     async fn send_to(
@@ -460,6 +472,11 @@ impl TargetError {
     /// made): a write may then have happened.
     pub fn may_have_been_sent(&self) -> bool {
         matches!(self, TargetError::Request { .. })
+    }
+
+    /// Whether no connection could carry the request (nothing was sent): another peer may.
+    fn is_dial_failure(&self) -> bool {
+        matches!(self, TargetError::Dial { .. } | TargetError::NotSent { .. })
     }
 }
 
