@@ -12,10 +12,9 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use k8s_openapi::api::core::v1::Namespace;
-use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
-use crate::caller_auth::Authenticator;
+use crate::caller_auth::{Authenticator, PeerChain};
 use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
 use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
@@ -61,10 +60,10 @@ impl Outcome {
     }
 }
 
-/// Answers one request. `peer_chain` is the client certificate chain of the connection.
+/// Answers one request. `peer` is the client certificate chain of the connection.
 pub async fn handle(
     ctx: Arc<Listener>,
-    peer_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    peer: Option<Arc<PeerChain>>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
@@ -85,7 +84,7 @@ pub async fn handle(
         query: req.uri().query().map(str::to_owned),
         answered: false,
     };
-    let outcome = route(&ctx, peer_chain.as_deref().map(Vec::as_slice), req).await;
+    let outcome = route(&ctx, peer.as_deref(), req).await;
     guard.answered = true;
     drop(guard);
 
@@ -165,12 +164,8 @@ impl Drop for RequestGuard<'_> {
     }
 }
 
-async fn route(
-    ctx: &Listener,
-    peer_chain: Option<&[CertificateDer<'static>]>,
-    req: Request<Incoming>,
-) -> Outcome {
-    if let Err(e) = ctx.auth.authenticate(peer_chain, req.headers()) {
+async fn route(ctx: &Listener, peer: Option<&PeerChain>, req: Request<Incoming>) -> Outcome {
+    if let Err(e) = ctx.auth.authenticate(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
         return Outcome::status(Status::unauthorized(), "unknown", "unauthenticated");
     }
@@ -1088,6 +1083,10 @@ fn restore_watch_stream(body: TargetBody) -> ProxyBody {
             loop {
                 if let Some(pos) = memchr::memchr(b'\n', &buf) {
                     let l = buf.split_to(pos + 1).freeze();
+                    if buf.is_empty() {
+                        // An idle watch keeps no buffer: the allocation goes with the last line.
+                        buf = BytesMut::new();
+                    }
                     return Some((Ok(Frame::data(line(l))), (body, buf, false)));
                 }
                 match body.frame().await {
