@@ -8,8 +8,9 @@
 #   scripts/bench-resource-proxy.sh
 #   DURATION=3 CONCURRENCY=8 WATCHES=2000 ACCESS=all scripts/bench-resource-proxy.sh
 #
-# ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET reads the
-# object first (ownership check, RP-7), so it costs the target two requests; `all` forwards once.
+# ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
+# for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
+# The machine's load average is printed before and after the cells (shared machines skew them).
 #
 # The load generator is the `rp-load` example of the resource-proxy crate (client certificates).
 # nginx (and its stream module) come from Debian's packages, installed when missing.
@@ -160,6 +161,7 @@ run() { # mode(a|b|c|d) kind(get|list) conns
 }
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "GET/LIST: $DURATION s per cell, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
 printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
@@ -188,8 +190,9 @@ for kind in get list; do
   done
 done
 
+echo "load average after the cells: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 rss_kib() { sed -n 's/^VmRSS:\s*\([0-9]*\) kB/\1/p' "/proc/$PROXY_PID/status"; }
-echo "watches: opening $WATCHES idle watches through the proxy (HTTP/2 to the proxy, one HTTP/1.1 connection each to the target)" >&2
+echo "watches: opening $WATCHES idle watches through the proxy (HTTP/2 to the proxy, multiplexed HTTP/2 to the target)" >&2
 before="$(rss_kib)"
 "$BIN/examples/rp-load" watch "https://127.0.0.1:$PROXY_PORT/apis/example.test/v1/namespaces/$NS/widgets?watch=true&resourceVersion=0&timeoutSeconds=3600&allowWatchBookmarks=false" \
   "${FRONT_AUTH[@]}" --count "$WATCHES" --hold "$HOLD" >"$WORK/watch.out" &
@@ -198,12 +201,14 @@ PIDS+=($WATCH_PID)
 wait_for "the watches to open" 600 grep -q '^open=' "$WORK/watch.out"
 sleep 2
 during="$(rss_kib)"
+# Established connections to the target's port (remote side = TPORT), i.e. the proxy's.
+target_conns="$(awk -v port="$(printf '%04X' "$TPORT")" '$4 == "01" { split($3, r, ":"); if (r[2] == port) n++ } END { print n + 0 }' /proc/net/tcp)"
 active="$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n 's/^vcluster_proxy_active_watches{[^}]*} \([0-9]*\).*/\1/p')"
 wait "$WATCH_PID"
-printf '\n| watches | opened in | still open after %s s | proxy active_watches | proxy RSS before | proxy RSS with watches | per watch |\n|---|---|---|---|---|---|---|\n' "$HOLD"
-awk -v n="$WATCHES" -v out="$(tr '\n' ' ' <"$WORK/watch.out")" -v active="$active" -v before="$before" -v during="$during" '
+printf '\n| watches | opened in | still open after %s s | proxy active_watches | connections to the target | proxy RSS before | proxy RSS with watches | per watch |\n|---|---|---|---|---|---|---|---|\n' "$HOLD"
+awk -v n="$WATCHES" -v out="$(tr '\n' ' ' <"$WORK/watch.out")" -v active="$active" -v conns="$target_conns" -v before="$before" -v during="$during" '
   BEGIN {
     split(out, kv, " "); for (i in kv) { split(kv[i], p, "="); v[p[1]] = p[2] }
-    printf "| %d | %.1f s | %s | %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", n, v["in_ms"] / 1000, v["still_open"], active,
+    printf "| %d | %.1f s | %s | %s | %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", n, v["in_ms"] / 1000, v["still_open"], active, conns,
       before / 1024, during / 1024, (during - before) / n
   }'

@@ -6,8 +6,12 @@
 //! The TLS layer requests a client certificate but defers the chain check to [`Authenticator`]
 //! (it still proves possession of the key), so a caller with no or a wrong certificate gets a
 //! Kubernetes `Status` 401, as from kube-apiserver itself, and CA rotation needs no new TLS config.
+//!
+//! A connection's chain is verified (a signature check) once per settings generation and kept
+//! as verified until the earliest `notAfter` of the chain ([`PeerChain`]): later requests on the
+//! connection skip the check. A settings change (CA rotation) re-verifies with the next request.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use futures::StreamExt;
@@ -53,6 +57,30 @@ pub struct Caller {
     pub groups: Vec<String>,
 }
 
+/// The client certificate chain of one connection, with the outcome of its last successful
+/// verification.
+pub struct PeerChain {
+    chain: Vec<CertificateDer<'static>>,
+    verified: Mutex<Option<Verified>>,
+}
+
+/// A successful verification: against which settings, until when, and the leaf's CN.
+struct Verified {
+    settings: Arc<Option<RequestHeaderConfig>>,
+    until: u64,
+    cn: String,
+}
+
+impl PeerChain {
+    /// The chain the client presented in the TLS handshake (leaf first).
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        PeerChain {
+            chain,
+            verified: Mutex::new(None),
+        }
+    }
+}
+
 /// Checks callers against the current request-header settings.
 #[derive(Clone, Default)]
 pub struct Authenticator {
@@ -90,22 +118,42 @@ impl Authenticator {
         Ok(())
     }
 
-    /// Authenticates a request: `peer_chain` from the TLS connection, `headers` of the request.
+    /// Authenticates a request: `peer` from the TLS connection, `headers` of the request.
     pub fn authenticate(
         &self,
-        peer_chain: Option<&[CertificateDer<'static>]>,
+        peer: Option<&PeerChain>,
         headers: &http::HeaderMap,
     ) -> Result<Caller, AuthError> {
-        let current = self.current.load();
+        let current = self.current.load_full();
         let config = current.as_ref().as_ref().ok_or(AuthError::NotConfigured)?;
-        let chain = peer_chain
-            .filter(|c| !c.is_empty())
+        let peer = peer
+            .filter(|p| !p.chain.is_empty())
             .ok_or(AuthError::NoCertificate)?;
-        config
-            .verifier
-            .verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
-            .map_err(|e| AuthError::Untrusted(e.to_string()))?;
-        let cn = common_name(&chain[0]).unwrap_or_default();
+        let now = UnixTime::now();
+        let cached = peer
+            .verified
+            .lock()
+            .expect("verification lock")
+            .as_ref()
+            .filter(|v| Arc::ptr_eq(&v.settings, &current) && now.as_secs() < v.until)
+            .map(|v| v.cn.clone());
+        let cn = match cached {
+            Some(cn) => cn,
+            None => {
+                let chain = &peer.chain;
+                config
+                    .verifier
+                    .verify_client_cert(&chain[0], &chain[1..], now)
+                    .map_err(|e| AuthError::Untrusted(e.to_string()))?;
+                let cn = common_name(&chain[0]).unwrap_or_default();
+                *peer.verified.lock().expect("verification lock") = Some(Verified {
+                    settings: current.clone(),
+                    until: chain.iter().map(not_after).min().unwrap_or(0),
+                    cn: cn.clone(),
+                });
+                cn
+            }
+        };
         if !config.allowed_names.is_empty() && !config.allowed_names.contains(&cn) {
             return Err(AuthError::NameNotAllowed(cn));
         }
@@ -166,6 +214,13 @@ impl Authenticator {
         });
         let _ = loaded_rx.await;
     }
+}
+
+/// A certificate's `notAfter` in seconds since the epoch (0 if it cannot be read).
+fn not_after(cert: &CertificateDer<'_>) -> u64 {
+    x509_parser::parse_x509_certificate(cert.as_ref())
+        .map(|(_, c)| u64::try_from(c.validity().not_after.timestamp()).unwrap_or(0))
+        .unwrap_or(0)
 }
 
 fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
@@ -273,12 +328,15 @@ mod tests {
         }
     }
 
-    fn client_cert(ca: &Ca, cn: &str) -> Vec<CertificateDer<'static>> {
-        let mut p = CertificateParams::default();
+    fn client_cert(ca: &Ca, cn: &str) -> PeerChain {
+        client_cert_with(ca, cn, CertificateParams::default())
+    }
+
+    fn client_cert_with(ca: &Ca, cn: &str, mut p: CertificateParams) -> PeerChain {
         p.distinguished_name.push(DnType::CommonName, cn);
         p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate().unwrap();
-        vec![p.signed_by(&key, &ca.issuer).unwrap().der().clone()]
+        PeerChain::new(vec![p.signed_by(&key, &ca.issuer).unwrap().der().clone()])
     }
 
     fn settings(ca: &Ca, allowed: &str) -> BTreeMap<String, String> {
@@ -355,12 +413,19 @@ mod tests {
         let (old, new) = (ca("old"), ca("new"));
         let h = headers(Some("bob"), &[]);
         auth.update(&settings(&old, "[]")).unwrap();
-        assert!(
-            auth.authenticate(Some(&client_cert(&old, "any")), &h)
-                .is_ok(),
-            "empty allowed names allow any CN"
-        );
+        // One connection: verified once, then remembered, until the settings change.
+        let connection = client_cert(&old, "any");
+        for _ in 0..2 {
+            assert!(
+                auth.authenticate(Some(&connection), &h).is_ok(),
+                "empty allowed names allow any CN"
+            );
+        }
         auth.update(&settings(&new, "[]")).unwrap();
+        assert!(matches!(
+            auth.authenticate(Some(&connection), &h),
+            Err(AuthError::Untrusted(_))
+        ));
         assert!(
             auth.authenticate(Some(&client_cert(&old, "any")), &h)
                 .is_err()
@@ -377,5 +442,23 @@ mod tests {
             auth.authenticate(Some(&client_cert(&new, "any")), &h)
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_remembered_verification_ends_when_the_certificate_expires() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let auth = Authenticator::default();
+        let ca = ca("ca");
+        auth.update(&settings(&ca, "[]")).unwrap();
+        let mut p = CertificateParams::default();
+        p.not_after = (std::time::SystemTime::now() + std::time::Duration::from_secs(2)).into();
+        let connection = client_cert_with(&ca, "any", p);
+        let h = headers(Some("bob"), &[]);
+        assert!(auth.authenticate(Some(&connection), &h).is_ok());
+        std::thread::sleep(std::time::Duration::from_millis(3100));
+        assert!(matches!(
+            auth.authenticate(Some(&connection), &h),
+            Err(AuthError::Untrusted(_))
+        ));
     }
 }

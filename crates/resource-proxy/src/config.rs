@@ -369,7 +369,7 @@ impl GroupVersionListener {
 }
 
 /// A `host:port` peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PeerAddress {
     /// Host name or IP (IPv6 without brackets).
     pub host: String,

@@ -12,10 +12,9 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use k8s_openapi::api::core::v1::Namespace;
-use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
-use crate::caller_auth::Authenticator;
+use crate::caller_auth::{Authenticator, PeerChain};
 use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
 use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
@@ -24,9 +23,9 @@ use crate::metrics::{
 };
 use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
-use crate::selector::{is_owned_object, scope_query};
+use crate::selector::{is_owned_answer, is_owned_object, scope_query};
 use crate::status::{RETRY_AFTER_SECONDS, Status};
-use crate::target::TargetClient;
+use crate::target::{TargetBody, TargetClient};
 
 /// Errors of a body stream: the target's, or ours.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -61,10 +60,10 @@ impl Outcome {
     }
 }
 
-/// Answers one request. `peer_chain` is the client certificate chain of the connection.
+/// Answers one request. `peer` is the client certificate chain of the connection.
 pub async fn handle(
     ctx: Arc<Listener>,
-    peer_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    peer: Option<Arc<PeerChain>>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
@@ -85,7 +84,7 @@ pub async fn handle(
         query: req.uri().query().map(str::to_owned),
         answered: false,
     };
-    let outcome = route(&ctx, peer_chain.as_deref().map(Vec::as_slice), req).await;
+    let outcome = route(&ctx, peer.as_deref(), req).await;
     guard.answered = true;
     drop(guard);
 
@@ -165,12 +164,8 @@ impl Drop for RequestGuard<'_> {
     }
 }
 
-async fn route(
-    ctx: &Listener,
-    peer_chain: Option<&[CertificateDer<'static>]>,
-    req: Request<Incoming>,
-) -> Outcome {
-    if let Err(e) = ctx.auth.authenticate(peer_chain, req.headers()) {
+async fn route(ctx: &Listener, peer: Option<&PeerChain>, req: Request<Incoming>) -> Outcome {
+    if let Err(e) = ctx.auth.authenticate(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
         return Outcome::status(Status::unauthorized(), "unknown", "unauthenticated");
     }
@@ -374,6 +369,16 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
         && content_type
             .as_deref()
             .is_some_and(|c| c.starts_with("application/apply-patch"));
+    // A named GET checks ownership on its own answer: one target request.
+    if owned
+        && info.verb == Verb::Get
+        && info.subresource.is_none()
+        && parts.method == Method::GET
+        && !asks_for_yaml(&parts.headers)
+        && let Some(name) = info.name.as_deref()
+    {
+        return owned_get(ctx, &info, name, &parts.headers, query.as_deref()).await;
+    }
     // The object is read first when ownership must be checked, when a JSON patch needs to know
     // whether labels exist, and before an update (to keep the target's own owner references).
     if info.is_named_object_request() && (owned || is_json_patch || info.verb == Verb::Update) {
@@ -507,6 +512,153 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
         return forward_create(ctx, req, &path, &collection, &id, &verb).await;
     }
     forward(ctx, parts.method, &path, &headers, body, &verb, watch).await
+}
+
+/// A named GET in `owned` mode (RP-7) in one target request: the target answers in the
+/// representation the caller asked for (JSON object, `PartialObjectMetadata` or `Table`, all of
+/// which show the owner labels), and an answer that does not show this client's labels becomes
+/// the same 404 a missing object gets. The target's 404 and 403 are answered with that 404 too,
+/// so hidden, missing and unreadable objects look alike: same code, same body, one request each.
+async fn owned_get(
+    ctx: &Listener,
+    info: &RequestInfo,
+    name: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Outcome {
+    let verb = "get";
+    // A Table without row objects would not show the labels: ask for their metadata and drop
+    // it again before answering.
+    let (query, strip_row_objects) = table_row_metadata(query);
+    let path = match &query {
+        Some(q) if !q.is_empty() => format!("{}?{q}", info.forward_path()),
+        _ => info.forward_path(),
+    };
+    let req = target_request(Method::GET, &path, headers, Bytes::new());
+    let answered = tokio::time::timeout(REQUEST_DEADLINE, async {
+        let resp = match ctx.target.send(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                let reason = e.reason();
+                tracing::error!(error = %e, reason, path = %path, "the target could not be reached");
+                return target_unavailable(ctx, verb, reason);
+            }
+        };
+        let status = resp.status();
+        if status.is_server_error() {
+            log_server_error(ctx, &path, resp, "the target answered with a server error").await;
+            return target_unavailable(ctx, verb, "upstream_error");
+        }
+        if status == StatusCode::NOT_FOUND || status == StatusCode::FORBIDDEN {
+            tracing::debug!(resource = %info.resource, namespace = ?info.namespace, name, "no such object in the target (or not readable with the proxy's identity)");
+            return Outcome::status(
+                Status::not_found(&info.resource, &ctx.listener.group, name),
+                verb,
+                "not_found",
+            );
+        }
+        let (mut parts, body) = resp.into_parts();
+        if status != StatusCode::OK {
+            // Answers that do not depend on the object (400 for a bad query, 406, 429) pass.
+            parts.headers.retain_mut_hop_by_hop();
+            return Outcome {
+                response: Response::from_parts(
+                    parts,
+                    body.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
+                ),
+                verb: verb.to_owned(),
+                reason: "upstream",
+            };
+        }
+        let bytes = match body.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                tracing::error!(error = %e, path = %path, "the target's answer broke off");
+                return unavailable(verb, "upstream_error", "the target's answer broke off");
+            }
+        };
+        if !is_json(&parts.headers) || !is_owned_answer(&bytes, &ctx.owner) {
+            tracing::info!(resource = %info.resource, namespace = ?info.namespace, name, "masked an object this client does not own");
+            return Outcome::status(
+                Status::not_found(&info.resource, &ctx.listener.group, name),
+                verb,
+                "ownership_masked",
+            );
+        }
+        let restored = if strip_row_objects {
+            without_row_objects(&bytes)
+        } else {
+            owner_refs::restore_body(&bytes)
+        };
+        let bytes = match restored {
+            Some(b) => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Bytes::from(b)
+            }
+            None => bytes,
+        };
+        parts.headers.retain_mut_hop_by_hop();
+        Outcome {
+            response: Response::from_parts(
+                parts,
+                Full::new(bytes).map_err(|never| match never {}).boxed_unsync(),
+            ),
+            verb: verb.to_owned(),
+            reason: "upstream",
+        }
+    })
+    .await;
+    answered.unwrap_or_else(|_| {
+        tracing::error!(path = %path, target = ctx.target.name(), reason = "deadline", "request cut at the {REQUEST_DEADLINE:?} deadline");
+        terminated(ctx, "deadline");
+        target_unavailable(ctx, verb, "deadline")
+    })
+}
+
+/// The query with `includeObject=None` (a Table without row objects) turned into
+/// `includeObject=Metadata`, and whether the row objects must be dropped from the answer.
+fn table_row_metadata(query: Option<&str>) -> (Option<String>, bool) {
+    let Some(q) = query else {
+        return (None, false);
+    };
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(q.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    // The API server reads the first value of a parameter.
+    let first = pairs.iter().find(|(k, _)| k == "includeObject");
+    if first.is_none_or(|(_, v)| v != "None") {
+        return (Some(q.to_owned()), false);
+    }
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in &pairs {
+        if k == "includeObject" {
+            out.append_pair(k, "Metadata");
+        } else {
+            out.append_pair(k, v);
+        }
+    }
+    (Some(out.finish()), true)
+}
+
+/// A Table answer without its rows' objects (the caller asked for `includeObject=None`).
+fn without_row_objects(body: &[u8]) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    for row in v.get_mut("rows")?.as_array_mut()? {
+        if let Some(row) = row.as_object_mut() {
+            row.remove("object");
+        }
+    }
+    serde_json::to_vec(&v).ok()
+}
+
+/// Whether the caller wants YAML, which the ownership check of a GET answer cannot read (such
+/// GETs read the object as JSON first).
+fn asks_for_yaml(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("yaml"))
 }
 
 /// The label a create carries so that its outcome can be looked up after an ambiguous failure.
@@ -744,7 +896,7 @@ fn target_unavailable(ctx: &Listener, verb: &str, reason: &'static str) -> Outco
 }
 
 /// Logs a 5xx answer of the target with the start of its body (the caller gets a 503).
-async fn log_server_error(ctx: &Listener, path: &str, resp: Response<Incoming>, what: &str) {
+async fn log_server_error(ctx: &Listener, path: &str, resp: Response<TargetBody>, what: &str) {
     let code = resp.status();
     let body = resp
         .into_body()
@@ -762,7 +914,7 @@ async fn log_server_error(ctx: &Listener, path: &str, resp: Response<Incoming>, 
 /// Turns the target's answer (or failure) into the caller's.
 async fn answer(
     ctx: &Listener,
-    result: Result<Response<Incoming>, crate::target::TargetError>,
+    result: Result<Response<TargetBody>, crate::target::TargetError>,
     path_and_query: &str,
     verb: &str,
     watch: bool,
@@ -908,7 +1060,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// A watch stream with owner references restored in each event. Events are JSON lines; each
 /// complete line is passed on as soon as it arrives.
-fn restore_watch_stream(body: Incoming) -> ProxyBody {
+fn restore_watch_stream(body: TargetBody) -> ProxyBody {
     use bytes::BytesMut;
     use hyper::body::Frame;
 
@@ -931,6 +1083,10 @@ fn restore_watch_stream(body: Incoming) -> ProxyBody {
             loop {
                 if let Some(pos) = memchr::memchr(b'\n', &buf) {
                     let l = buf.split_to(pos + 1).freeze();
+                    if buf.is_empty() {
+                        // An idle watch keeps no buffer: the allocation goes with the last line.
+                        buf = BytesMut::new();
+                    }
                     return Some((Ok(Frame::data(line(l))), (body, buf, false)));
                 }
                 match body.frame().await {
@@ -1200,6 +1356,33 @@ mod tests {
         for h in ["content-type", "user-agent", "accept"] {
             assert!(forwardable(&HeaderName::from_static(h)), "{h}");
         }
+    }
+
+    #[test]
+    fn a_table_without_row_objects_is_fetched_with_their_metadata_and_answered_without() {
+        assert_eq!(table_row_metadata(None), (None, false));
+        assert_eq!(
+            table_row_metadata(Some("includeObject=Object")),
+            (Some("includeObject=Object".into()), false)
+        );
+        assert_eq!(
+            table_row_metadata(Some(
+                "resourceVersion=0&includeObject=None&includeObject=Object"
+            )),
+            (
+                Some("resourceVersion=0&includeObject=Metadata&includeObject=Metadata".into()),
+                true
+            )
+        );
+        let table = serde_json::json!({"kind": "Table", "rows": [
+            {"cells": ["w"], "object": {"metadata": {"name": "w"}}}]});
+        let stripped: Value =
+            serde_json::from_slice(&without_row_objects(table.to_string().as_bytes()).unwrap())
+                .unwrap();
+        assert_eq!(
+            stripped,
+            serde_json::json!({"kind": "Table", "rows": [{"cells": ["w"]}]})
+        );
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //! - [`caller_auth`]: only the aggregator may call (RP-4); [`server`]: the TLS listeners;
 //!   [`handler`]: the request path (RP-5 to RP-8, RP-12); [`discovery`]: discovery with local
 //!   fallback (RP-13); [`owner_refs`]: client owner references kept out of the target's
-//!   garbage collector (RP-8); [`target`]: the connection to a target, over [`peers`] (health, quarantine, staleness) fed by a static list or
-//!   [`peer_source`] (EndpointSlices); [`metrics`]: RP-15.
+//!   garbage collector (RP-8); [`target`]: the connection to a target, over [`peers`] (health,
+//!   quarantine, staleness) fed by a static list or [`peer_source`] (EndpointSlices), and
+//!   [`pool`] (multiplexed HTTP/2 connections); [`metrics`]: RP-15.
 
 pub mod caller_auth;
 pub mod config;
@@ -30,6 +31,7 @@ pub mod names;
 pub mod owner_refs;
 pub mod peer_source;
 pub mod peers;
+pub mod pool;
 pub mod request_info;
 pub mod selector;
 pub mod server;

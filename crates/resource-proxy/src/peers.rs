@@ -5,6 +5,7 @@
 //! quarantine the host for 20 s; then exactly one trial dial is let through (half-open) while
 //! other requests skip the host; success returns it to rotation, failure quarantines it again.
 //! When no host is selectable, [`PeerSet::pick`] says so at once: nobody waits on a dial.
+//! A request whose dial failed is retried once on [`PeerSet::pick_other`], another healthy host.
 //! A peer list from a watch is trusted for 60 s after the watch drops.
 //!
 //! Time is `tokio::time::Instant`, so tests drive it with a paused clock.
@@ -236,6 +237,27 @@ impl PeerSet {
         Err(NoPeer::AllQuarantined)
     }
 
+    /// A healthy host other than `failed`, for the one retry of a request whose dial failed
+    /// (never a half-open trial; `None` when there is no such host or the list is stale).
+    pub fn pick_other(&self, failed: &PeerAddress) -> Option<Pick> {
+        let now = Instant::now();
+        let s = self.state.lock().expect("peer lock");
+        if s.watch_down_since
+            .is_some_and(|t| now.duration_since(t) > STALE_AFTER)
+        {
+            return None;
+        }
+        let n = s.hosts.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| &s.hosts[(start + i) % n])
+            .find(|h| &h.addr != failed && h.health(now) == Health::Healthy)
+            .map(|h| Pick {
+                addr: h.addr.clone(),
+                trial: false,
+            })
+    }
+
     /// Records a dial's outcome for `addr`; returns the transitions it caused.
     pub fn report(&self, addr: &PeerAddress, outcome: DialOutcome) -> Vec<Transition> {
         let now = Instant::now();
@@ -412,6 +434,29 @@ mod tests {
         let started = Instant::now();
         assert_eq!(set.pick(), Err(NoPeer::AllQuarantined));
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_goes_to_another_healthy_host_never_to_a_trial_or_the_failed_one() {
+        let set = PeerSet::new(vec![addr(1), addr(2), addr(3)]);
+        for _ in 0..6 {
+            assert_ne!(set.pick_other(&addr(1)).unwrap().addr, addr(1));
+        }
+        fail(&set, 2, 3);
+        tokio::time::advance(QUARANTINE_DURATION).await;
+        // 2 is half-open: its trial is for ordinary requests, not for retries.
+        for _ in 0..4 {
+            assert_eq!(
+                set.pick_other(&addr(1)),
+                Some(Pick {
+                    addr: addr(3),
+                    trial: false
+                })
+            );
+        }
+        fail(&set, 3, 3);
+        assert_eq!(set.pick_other(&addr(1)), None);
+        assert_eq!(PeerSet::new(vec![addr(1)]).pick_other(&addr(1)), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -225,6 +225,53 @@ pub fn is_owned_object(object: &Value, owner: &OwnerLabels) -> bool {
         .is_some_and(|labels| is_owned(labels, owner))
 }
 
+/// Whether a GET answer shows this client's owner labels: an object or a
+/// `PartialObjectMetadata` (its `metadata.labels`), or a `Table` whose every row (at least one)
+/// carries such an object (`includeObject` `Metadata` or `Object`). Anything else, unparsable
+/// JSON included, is not owned: the check fails closed.
+///
+/// Only the labels are deserialized; the rest of the answer is skipped.
+pub fn is_owned_answer(body: &[u8], owner: &OwnerLabels) -> bool {
+    use std::collections::HashMap;
+
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        labels: Option<HashMap<String, String>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Row {
+        object: Option<Object>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        kind: Option<String>,
+        metadata: Option<Meta>,
+        rows: Option<Vec<Row>>,
+    }
+    let owned = |meta: Option<&Meta>| {
+        meta.and_then(|m| m.labels.as_ref()).is_some_and(|labels| {
+            Selector::owner(owner).matches(|k| labels.get(k).map(String::as_str))
+        })
+    };
+    let Ok(answer) = serde_json::from_slice::<Answer>(body) else {
+        return false;
+    };
+    if answer.kind.as_deref() == Some("Table") {
+        return answer.rows.as_ref().is_some_and(|rows| {
+            !rows.is_empty()
+                && rows
+                    .iter()
+                    .all(|r| owned(r.object.as_ref().and_then(|o| o.metadata.as_ref())))
+        });
+    }
+    owned(answer.metadata.as_ref())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Label key and value syntax, with the messages of k8s.io/apimachinery/pkg/util/validation.
 
@@ -1016,6 +1063,52 @@ mod tests {
                 "vcluster.com/owner-vcluster": ["client-a"],
                 "vcluster.com/owner-project": "default"}}}),
             &o
+        ));
+    }
+
+    #[test]
+    fn a_get_answer_is_owned_only_when_its_object_or_every_table_row_carries_both_labels() {
+        let o = owner();
+        let mine = json!({"vcluster.com/owner-vcluster": "client-a",
+                          "vcluster.com/owner-project": "default", "app": "x"});
+        let theirs = json!({"vcluster.com/owner-vcluster": "client-b",
+                            "vcluster.com/owner-project": "default"});
+        let owned = |v: Value| is_owned_answer(v.to_string().as_bytes(), &o);
+        // A full object and PartialObjectMetadata.
+        assert!(owned(
+            json!({"kind": "Widget", "metadata": {"name": "w", "labels": mine}, "spec": {"a": [1, {"b": null}]}})
+        ));
+        assert!(owned(
+            json!({"kind": "PartialObjectMetadata", "metadata": {"labels": mine}})
+        ));
+        assert!(!owned(
+            json!({"kind": "Widget", "metadata": {"labels": theirs}})
+        ));
+        assert!(!owned(
+            json!({"kind": "Widget", "metadata": {"labels": null}})
+        ));
+        assert!(!owned(json!({"kind": "Widget", "metadata": {}})));
+        assert!(!owned(json!({"kind": "Widget"})));
+        // Tables: every row's object decides; a row without object (includeObject=None) or
+        // no rows at all is not owned.
+        let row = |labels: &Value| json!({"cells": ["w"], "object": {"kind": "PartialObjectMetadata", "metadata": {"labels": labels}}});
+        assert!(owned(
+            json!({"kind": "Table", "metadata": {}, "rows": [row(&mine)]})
+        ));
+        assert!(!owned(json!({"kind": "Table", "rows": [row(&theirs)]})));
+        assert!(!owned(
+            json!({"kind": "Table", "rows": [row(&mine), row(&theirs)]})
+        ));
+        assert!(!owned(json!({"kind": "Table", "rows": [{"cells": ["w"]}]})));
+        assert!(!owned(json!({"kind": "Table", "rows": []})));
+        // A Table's own metadata never counts.
+        assert!(!owned(
+            json!({"kind": "Table", "metadata": {"labels": mine}, "rows": []})
+        ));
+        // Not JSON, label values that are not strings: not owned.
+        assert!(!is_owned_answer(b"kind: Widget", &o));
+        assert!(!owned(
+            json!({"metadata": {"labels": {"vcluster.com/owner-vcluster": ["client-a"], "vcluster.com/owner-project": "default"}}})
         ));
     }
 }

@@ -14,7 +14,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
-use crate::caller_auth::DeferredClientAuth;
+use crate::caller_auth::{DeferredClientAuth, PeerChain};
 use crate::handler::{Listener, handle};
 
 /// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
@@ -111,15 +111,20 @@ pub async fn serve(
                         return;
                     }
                 };
-                let peer: Option<Arc<Vec<CertificateDer<'static>>>> = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+                let peer: Option<Arc<PeerChain>> = tls.get_ref().1.peer_certificates().map(|c| {
+                    Arc::new(PeerChain::new(
+                        c.iter().map(|d| d.clone().into_owned()).collect(),
+                    ))
+                });
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
                     let peer = peer.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(ctx, peer, req).await) }
+                    // Boxed: an HTTP/2 stream's task is as large as its largest state, and a
+                    // watch stays in the body state for hours; the request path's future is
+                    // freed once it has answered.
+                    Box::pin(async move {
+                        Ok::<_, std::convert::Infallible>(handle(ctx, peer, req).await)
+                    })
                 });
                 let mut builder = auto::Builder::new(TokioExecutor::new());
                 builder

@@ -3,29 +3,24 @@
 //! over the configured peers).
 //!
 //! Everything the proxy sends to a target goes through [`TargetClient::send`]: peer choice and
-//! health (RP-10) live behind it; an EndpointSlice peer source ([`crate::peer_source`])
-//! publishes into its peer set.
+//! health (RP-10) live behind it, over the pooled HTTP/2 connections of [`crate::pool`]; an
+//! EndpointSlice peer source ([`crate::peer_source`]) publishes into its peer set.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::header::{AUTHORIZATION, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
 use crate::metrics::{Metrics, PeerStateLabels, ReasonLabels, TargetLabels};
-use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Transition};
+use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Pick, Transition};
+pub use crate::pool::TargetBody;
+use crate::pool::{Dial, DialError, Pool, SendError};
 
 /// Why a target could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -41,12 +36,29 @@ pub enum TargetError {
     NoPeers { target: String },
     #[error("target {target}: no peer can be used ({})", .why.reason())]
     NoPeer { target: String, why: NoPeer },
+    #[error("target {target}: dialling {peer} failed: {message}")]
+    Dial {
+        target: String,
+        peer: String,
+        /// The dial took longer than [`DIAL_TIMEOUT`].
+        timeout: bool,
+        message: String,
+    },
+    #[error(
+        "target {target}: the connection to {peer} closed before the request was sent: {source}"
+    )]
+    NotSent {
+        target: String,
+        peer: String,
+        #[source]
+        source: hyper::Error,
+    },
     #[error("target {target}: request to {peer} failed: {source}")]
     Request {
         target: String,
         peer: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: hyper::Error,
     },
     #[error("invalid request URI {0}")]
     Uri(String),
@@ -62,7 +74,9 @@ struct Inner {
     name: String,
     peers: Arc<PeerSet>,
     observer: Arc<Observer>,
-    client: Client<HealthConnector, Full<Bytes>>,
+    pool: Pool,
+    tls: tokio_rustls::TlsConnector,
+    server_name: ServerName<'static>,
     /// Headers every request carries: bearer token and impersonation.
     auth_headers: Vec<(http::HeaderName, HeaderValue)>,
 }
@@ -133,7 +147,7 @@ impl TargetClient {
                 using
             }
         };
-        let tls = match base {
+        let mut tls = match base {
             BaseCredential::ClientCertificate {
                 cert_file,
                 key_file,
@@ -158,18 +172,10 @@ impl TargetClient {
             }
         };
 
-        let server_name = rustls::pki_types::ServerName::try_from(target.server_name.clone())
+        // HTTP/2 where the peer offers it (kube-apiserver does): watches share connections.
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let server_name = ServerName::try_from(target.server_name.clone())
             .map_err(|e| err("server name", std::path::Path::new(""), e.to_string()))?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(5)));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(server_name))
-            .enable_http1()
-            .wrap_connector(http);
         let peers = Arc::new(peers);
         let observer = Arc::new(Observer {
             target: name.clone(),
@@ -178,23 +184,14 @@ impl TargetClient {
             peers: peers.clone(),
         });
         observer.refresh();
-        let connector = HealthConnector {
-            inner: connector,
-            observer: observer.clone(),
-        };
-        // HTTP/1.1 to the target: one pooled connection per in-flight request, so long-running
-        // watches never wait for a stream slot on a shared HTTP/2 connection.
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build(connector);
         Ok(Self {
             inner: Arc::new(Inner {
                 name,
                 peers,
                 observer,
-                client,
+                pool: Pool::default(),
+                tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+                server_name,
                 auth_headers,
             }),
         })
@@ -206,11 +203,13 @@ impl TargetClient {
     }
 
     /// Sends `req` (whose URI is a path and query) to the next peer, with the proxy's
-    /// credential. The response body streams.
+    /// credential. The response body streams. When no connection to the peer can be had (the
+    /// dial failed: nothing of the request was sent), it is tried once more on another healthy
+    /// peer, whatever its verb.
     pub async fn send(
         &self,
         mut req: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, TargetError> {
+    ) -> Result<Response<TargetBody>, TargetError> {
         let inner = &self.inner;
         let pick = inner.peers.pick().map_err(|why| {
             tracing::warn!(target = %inner.name, reason = why.reason(), "no peer of the target can be used; failing at once");
@@ -219,20 +218,43 @@ impl TargetClient {
                 why,
             }
         })?;
-        let peer = pick.addr.to_string();
         let path_and_query = req
             .uri()
             .path_and_query()
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| "/".into());
-        *req.uri_mut() = format!("https://{peer}{path_and_query}")
-            .parse::<Uri>()
-            .map_err(|_| TargetError::Uri(path_and_query.clone()))?;
         let headers = req.headers_mut();
         for (k, v) in &inner.auth_headers {
             headers.append(k.clone(), v.clone());
         }
-        let result = inner.client.request(req).await;
+        let retry = req.clone();
+        match self.send_to(&pick, req, &path_and_query).await {
+            Err(e) if e.is_dial_failure() => {
+                let Some(other) = inner.peers.pick_other(&pick.addr) else {
+                    return Err(e);
+                };
+                tracing::info!(target = %inner.name, failed = %pick.addr, retry = %other.addr, error = %e, "dial failed; trying the request once on another peer");
+                self.send_to(&other, retry, &path_and_query).await
+            }
+            result => result,
+        }
+    }
+
+    async fn send_to(
+        &self,
+        pick: &Pick,
+        mut req: Request<Full<Bytes>>,
+        path_and_query: &str,
+    ) -> Result<Response<TargetBody>, TargetError> {
+        let inner = &self.inner;
+        let peer = pick.addr.to_string();
+        *req.uri_mut() = format!("https://{peer}{path_and_query}")
+            .parse::<Uri>()
+            .map_err(|_| TargetError::Uri(path_and_query.to_owned()))?;
+        let result = inner
+            .pool
+            .send(&pick.addr, req, || self.dial(pick.addr.clone()))
+            .await;
         // A half-open trial may ride on a pooled connection (no dial to observe): the request's
         // own outcome then decides.
         if pick.trial {
@@ -245,11 +267,77 @@ impl TargetClient {
                 .observer
                 .transitions(inner.peers.report(&pick.addr, outcome));
         }
-        result.map_err(|source| TargetError::Request {
-            target: inner.name.clone(),
-            peer,
-            source,
+        let target = inner.name.clone();
+        result.map_err(|e| match e {
+            SendError::Dial(DialError { timeout, message }) => TargetError::Dial {
+                target,
+                peer,
+                timeout,
+                message,
+            },
+            SendError::NotSent(source) => TargetError::NotSent {
+                target,
+                peer,
+                source,
+            },
+            SendError::Sent(source) => TargetError::Request {
+                target,
+                peer,
+                source,
+            },
         })
+    }
+
+    /// Starts a dial of `addr`: TCP and TLS within [`DIAL_TIMEOUT`], the outcome reported to
+    /// the peer set and the dial metrics.
+    fn dial(&self, addr: PeerAddress) -> Dial {
+        let tls = self.inner.tls.clone();
+        let server_name = self.inner.server_name.clone();
+        let observer = self.inner.observer.clone();
+        async move {
+            let target = &observer.target;
+            let started = tokio::time::Instant::now();
+            let connect = async {
+                let tcp = tokio::net::TcpStream::connect((addr.host.as_str(), addr.port)).await?;
+                let _ = tcp.set_nodelay(true);
+                tls.connect(server_name, tcp).await
+            };
+            let (outcome, failure, result) =
+                match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
+                    Ok(Ok(stream)) => (DialOutcome::Connected, None, Ok(stream)),
+                    Ok(Err(e)) => {
+                        tracing::warn!(target = %target, host = %addr, error = %e, "dial failed");
+                        (
+                            DialOutcome::Failed,
+                            Some("error"),
+                            Err(DialError {
+                                timeout: false,
+                                message: e.to_string(),
+                            }),
+                        )
+                    }
+                    Err(_) => {
+                        tracing::warn!(target = %target, host = %addr, "dial timed out after {DIAL_TIMEOUT:?}");
+                        (
+                            DialOutcome::Failed,
+                            Some("timeout"),
+                            Err(DialError {
+                                timeout: true,
+                                message: format!("dial timed out after {DIAL_TIMEOUT:?}"),
+                            }),
+                        )
+                    }
+                };
+            observer.dial(started.elapsed(), failure);
+            observer.transitions(observer.peers.report(&addr, outcome));
+            result
+        }
+        .boxed()
+    }
+
+    /// Open connections (or dials) to `addr`.
+    pub fn connections(&self, addr: &PeerAddress) -> usize {
+        self.inner.pool.connections(addr)
     }
 
     /// The peer set (health and staleness).
@@ -375,81 +463,20 @@ impl TargetError {
         match self {
             TargetError::NoPeer { why, .. } => why.reason(),
             TargetError::NoPeers { .. } => "no_peer",
-            TargetError::Request { source, .. }
-                if source.is_connect() && format!("{source:?}").contains(DIAL_TIMEOUT_MESSAGE) =>
-            {
-                "timeout"
-            }
+            TargetError::Dial { timeout: true, .. } => "timeout",
             _ => "error",
         }
     }
-}
 
-impl TargetError {
     /// Whether the target may have received the request (it failed after the connection was
     /// made): a write may then have happened.
     pub fn may_have_been_sent(&self) -> bool {
-        matches!(self, TargetError::Request { source, .. } if !source.is_connect())
-    }
-}
-
-const DIAL_TIMEOUT_MESSAGE: &str = "dial timed out";
-
-/// The connector every target connection is dialled through: TCP and TLS within
-/// [`DIAL_TIMEOUT`], each outcome reported to the peer set.
-#[derive(Clone)]
-struct HealthConnector {
-    inner: HttpsConnector<HttpConnector>,
-    observer: Arc<Observer>,
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower::Service<Uri> for HealthConnector {
-    type Response = <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
+        matches!(self, TargetError::Request { .. })
     }
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let mut inner = self.inner.clone();
-        let observer = self.observer.clone();
-        Box::pin(async move {
-            let target = &observer.target;
-            let addr = PeerAddress {
-                host: uri
-                    .host()
-                    .unwrap_or_default()
-                    .trim_matches(['[', ']'])
-                    .to_owned(),
-                port: uri.port_u16().unwrap_or(443),
-            };
-            let started = tokio::time::Instant::now();
-            let result = tokio::time::timeout(DIAL_TIMEOUT, inner.call(uri)).await;
-            let (outcome, failure, result) = match result {
-                Ok(Ok(stream)) => (DialOutcome::Connected, None, Ok(stream)),
-                Ok(Err(e)) => {
-                    tracing::warn!(target = %target, host = %addr, error = %e, "dial failed");
-                    (DialOutcome::Failed, Some("error"), Err(e))
-                }
-                Err(_) => {
-                    tracing::warn!(target = %target, host = %addr, "dial timed out after {DIAL_TIMEOUT:?}");
-                    (
-                        DialOutcome::Failed,
-                        Some("timeout"),
-                        Err(BoxError::from(format!(
-                            "{DIAL_TIMEOUT_MESSAGE} after {DIAL_TIMEOUT:?}"
-                        ))),
-                    )
-                }
-            };
-            observer.dial(started.elapsed(), failure);
-            observer.transitions(observer.peers.report(&addr, outcome));
-            result
-        })
+    /// Whether no connection could carry the request (nothing was sent): another peer may.
+    fn is_dial_failure(&self) -> bool {
+        matches!(self, TargetError::Dial { .. } | TargetError::NotSent { .. })
     }
 }
 

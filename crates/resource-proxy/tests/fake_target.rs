@@ -10,6 +10,8 @@
 //!   would otherwise race).
 //! - A create whose fate is unknown (target 5xx, deadline) is looked up by its create id: 201
 //!   with the object when it was written, 503 when it was not (so a retry cannot duplicate it).
+//! - An owned named GET is one target request whatever the object: another tenant's object, a
+//!   missing one and one the proxy may not read answer the same 404.
 
 mod common;
 
@@ -722,4 +724,64 @@ async fn a_caller_that_goes_away_is_counted_as_canceled_and_leaves_no_inflight_r
     }
     assert_eq!(env.requests("list", 499, "canceled"), 1);
     assert_eq!(inflight(), 0);
+}
+
+#[tokio::test]
+async fn a_named_get_costs_the_target_one_request_whatever_the_answer_and_hidden_reads_as_missing()
+{
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let env = env(behaviour({
+        let seen = seen.clone();
+        move |_, path, _| {
+            seen.lock().unwrap().push(path.clone());
+            let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+            let object = |owner: &str| {
+                json!({"apiVersion": "example.test/v1", "kind": "Widget",
+                       "metadata": {"name": name, "namespace": "ns", "labels": {
+                           "vcluster.com/owner-vcluster": owner,
+                           "vcluster.com/owner-project": "p"}}})
+            };
+            let answer = match name.as_str() {
+                "mine" => reply(200, object("c")),
+                "hidden" => reply(200, object("someone-else")),
+                "denied" => reply(403, status(403, "forbidden")),
+                "broken" => reply(500, status(500, "etcd is unhappy")),
+                _ => reply(404, status(404, "not found")),
+            };
+            Box::pin(async move { answer })
+        }
+    }))
+    .await;
+    let get = |name: &'static str| {
+        let env = &env;
+        async move { read(env.send("GET", &format!("{LIST}/{name}"), "").await).await }
+    };
+
+    let (code, _, body) = get("mine").await;
+    assert_eq!((code, &body["metadata"]["name"]), (200, &json!("mine")));
+    let missing = get("missing").await;
+    assert_eq!(missing.0, 404, "{missing:?}");
+    for name in ["hidden", "denied"] {
+        let (code, retry_after, body) = get(name).await;
+        let body: Value = serde_json::from_str(&body.to_string().replace(name, "missing")).unwrap();
+        assert_eq!(
+            (code, retry_after, body),
+            missing,
+            "{name} answers exactly like a missing object"
+        );
+    }
+    let (code, retry_after, _) = get("broken").await;
+    assert_eq!((code, retry_after.as_deref()), (503, Some("1")));
+    let seen = seen.lock().unwrap().clone();
+    for name in ["mine", "missing", "hidden", "denied", "broken"] {
+        assert_eq!(
+            seen.iter()
+                .filter(|p| p.ends_with(&format!("/{name}")))
+                .count(),
+            1,
+            "one target request for {name}: {seen:?}"
+        );
+    }
+    assert_eq!(env.requests("get", 404, "ownership_masked"), 1);
+    assert_eq!(env.requests("get", 404, "not_found"), 2);
 }

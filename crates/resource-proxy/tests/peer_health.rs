@@ -1,6 +1,7 @@
 //! Peer health through the real connector (TCP + TLS), with tokio's paused clock: a peer that
 //! accepts TCP but never completes TLS and a peer that never answers each count as dial failures
-//! after 5 s; three quarantine the host; with no selectable host, requests fail at once.
+//! after 5 s; three quarantine the host; with no selectable host, requests fail at once. A
+//! request whose dial fails is tried once more on another peer.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use resource_proxy::target::{TargetClient, TargetError};
 
 struct Fixture {
     _dir: tempfile::TempDir,
+    ca: test_cluster::pki::Authority,
     target: Target,
 }
 
@@ -36,7 +38,11 @@ fn fixture(peers: Vec<PeerAddress>) -> Fixture {
             key_file: p("c.key"),
         }),
     };
-    Fixture { _dir: dir, target }
+    Fixture {
+        _dir: dir,
+        ca,
+        target,
+    }
 }
 
 fn target_ref() -> TargetRef {
@@ -107,7 +113,7 @@ async fn a_peer_that_never_completes_tls_is_quarantined_after_three_five_second_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refused_peer_is_skipped_and_requests_go_to_the_other() {
+async fn a_refused_dial_is_retried_once_on_the_other_peer_and_both_are_quarantined_in_turn() {
     // Port of a listener that was closed: connections are refused at once.
     let refused = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -122,23 +128,105 @@ async fn a_refused_peer_is_skipped_and_requests_go_to_the_other() {
         silent.clone(),
     ]);
     let client = TargetClient::new(&target_ref(), &f.target).unwrap();
-    let mut refused_errors = 0;
-    let mut timeouts = 0;
-    for _ in 0..6 {
-        match get(&client).await.unwrap_err().reason() {
-            "error" => refused_errors += 1,
-            "timeout" => timeouts += 1,
-            other => panic!("{other}"),
-        }
+    // Each request: refused on the first peer, retried on the other, which times out.
+    for attempt in 1..=3 {
+        let started = tokio::time::Instant::now();
+        let err = get(&client).await.unwrap_err();
+        assert_eq!(err.reason(), "timeout", "attempt {attempt}: {err}");
+        assert_eq!(started.elapsed(), DIAL_TIMEOUT, "one retry, not more");
     }
     assert_eq!(
-        (refused_errors, timeouts),
+        (
+            dial_failures(&client, "error"),
+            dial_failures(&client, "timeout")
+        ),
         (3, 3),
-        "round-robin until both are quarantined"
+        "three dials to each peer quarantine both"
     );
     assert_eq!(get(&client).await.unwrap_err().reason(), "all_quarantined");
     // After 20 s each host gets exactly one trial.
     tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
     let census = client.peers().census();
     assert_eq!(census[2].1, 2, "both half-open: {census:?}");
+}
+
+fn dial_failures(client: &TargetClient, reason: &str) -> u64 {
+    client
+        .metrics()
+        .peer_dial_failures
+        .get_or_create(&resource_proxy::metrics::ReasonLabels {
+            target: "p/t".into(),
+            reason: reason.into(),
+        })
+        .get()
+}
+
+/// A TLS peer (HTTP/2 or HTTP/1.1 by ALPN) answering 200 to everything.
+async fn answering_peer(ca: &test_cluster::pki::Authority) -> PeerAddress {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let cert = ca.serving_cert(&["localhost"], &[]).unwrap();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"{}"),
+                    )))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+            });
+        }
+    });
+    PeerAddress {
+        host: "127.0.0.1".into(),
+        port,
+    }
+}
+
+#[tokio::test]
+async fn a_request_whose_dial_is_refused_is_answered_by_the_other_peer() {
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        PeerAddress {
+            host: "127.0.0.1".into(),
+            port: l.local_addr().unwrap().port(),
+        }
+    };
+    let mut f = fixture(vec![]);
+    let answering = answering_peer(&f.ca).await;
+    f.target.peers = PeerSource::Static(vec![refused.clone(), answering.clone()]);
+    let client = TargetClient::new(&target_ref(), &f.target).unwrap();
+    for i in 0..8 {
+        assert_eq!(get(&client).await.unwrap(), 200, "request {i}");
+    }
+    assert_eq!(
+        dial_failures(&client, "error"),
+        3,
+        "the refused peer was tried until its quarantine"
+    );
+    assert_eq!(client.peers().census()[1].1, 1, "and is quarantined");
+    assert_eq!(
+        client.connections(&answering),
+        1,
+        "every request rode on one HTTP/2 connection"
+    );
 }

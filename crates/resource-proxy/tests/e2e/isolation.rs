@@ -203,3 +203,88 @@ async fn owned_mode_hides_and_protects_another_clients_objects_through_every_ver
         "{seen_by_c}"
     );
 }
+
+/// A named GET checks ownership on the target's answer itself (one request). In every
+/// representation a client can ask for, another tenant's object answers exactly like a missing
+/// one, and the client's own object comes back in the representation asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_object_reads_like_a_missing_one_in_every_representation() {
+    let cp = cp();
+    let _logs = cp.logs_on_failure();
+    let (a, b) = (proxies::a().await, proxies::b().await);
+    let ns = test_cluster::unique_name("repr");
+    kubectl(a.tenant, &["create", "namespace", &ns]).await;
+    kubectl(b.tenant, &["create", "namespace", &ns]).await;
+    kubectl_in(
+        a.tenant,
+        &["apply", "-n", &ns, "-f", "-"],
+        &widget("hidden", ""),
+    )
+    .await;
+    kubectl_in(
+        b.tenant,
+        &["apply", "-n", &ns, "-f", "-"],
+        &widget("own", ""),
+    )
+    .await;
+
+    let aggregator = b.tenant.pki().front_proxy_client().unwrap();
+    let get = |name: String, accept: &'static str, query: &'static str| {
+        let aggregator = aggregator.clone();
+        let path = format!("/apis/{GROUP}/{VERSION}/namespaces/{ns}/widgets/{name}{query}");
+        async move {
+            direct_request(
+                b,
+                "GET",
+                &path,
+                Some(&aggregator),
+                &[
+                    ("X-Remote-User", "admin"),
+                    ("X-Remote-Group", "system:masters"),
+                    ("Accept", accept),
+                ],
+                vec![],
+            )
+            .await
+        }
+    };
+    const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    const META: &str = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io";
+    let representations: [(&str, &str, &str); 6] = [
+        ("application/json", "", "Widget"),
+        ("*/*", "", "Widget"),
+        (TABLE, "", "Table"),
+        (TABLE, "?includeObject=None", "Table"),
+        (META, "", "PartialObjectMetadata"),
+        ("application/yaml", "", "kind: Widget"),
+    ];
+    for (accept, query, kind) in representations {
+        let hidden = get("hidden".into(), accept, query).await;
+        let missing = get("no-such-widget".into(), accept, query).await;
+        assert_eq!(hidden.0, 404, "{accept}{query}: {}", hidden.1);
+        assert_eq!(
+            (hidden.0, hidden.1.replace("hidden", "no-such-widget")),
+            missing,
+            "{accept}{query}: a hidden object answers exactly like a missing one"
+        );
+        let (code, body) = get("own".into(), accept, query).await;
+        assert_eq!(code, 200, "{accept}{query}: {body}");
+        if accept.contains("yaml") {
+            assert!(body.contains(kind), "{body}");
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["kind"], kind, "{accept}{query}: {body}");
+        if kind == "Table" {
+            let row = &v["rows"][0];
+            assert_eq!(row["cells"][0], "own", "{body}");
+            assert_eq!(
+                row.get("object").is_some(),
+                query.is_empty(),
+                "row objects only when asked for: {body}"
+            );
+        } else {
+            assert_eq!(v["metadata"]["name"], "own", "{body}");
+        }
+    }
+}

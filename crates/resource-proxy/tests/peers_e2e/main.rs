@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod multiplexing;
 mod peers;
 mod replicas;
 
