@@ -120,7 +120,7 @@ async fn a_gateway_and_route_become_accepted_and_programmed_and_traffic_flows() 
         .unwrap();
     assert_eq!(status, 404, "a hostname no route serves is not routed");
 
-    let metrics = reqwest::get(format!("http://{}/metrics", w.metrics))
+    let metrics = reqwest::get(format!("http://{}/metrics", leader_metrics().await))
         .await
         .unwrap()
         .text()
@@ -331,4 +331,69 @@ spec:
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_second_replica_takes_over_when_the_leader_dies() {
+    let w = world();
+    let _exclusive = w.lock.write().await;
+    let ns = unique_name("failover");
+    let port = spawn_backend("failover").await;
+    apply(&namespace_with_gateway(&ns)).await;
+    apply(&service_yaml(&ns, "echo", port)).await;
+    apply(&http_route(
+        &ns,
+        "before",
+        &format!("before-{ns}.example.com"),
+        &ns,
+        "echo",
+    ))
+    .await;
+    wait_route_condition("httproute", &ns, "before", "Accepted", "True", "Accepted").await;
+
+    // Only the leader acts: the other replica has made no sync round.
+    let leader = lease_holder().await;
+    let followers: Vec<(String, std::net::SocketAddr)> = w
+        .replicas
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.identity != leader)
+        .map(|r| (r.identity.clone(), r.metrics))
+        .collect();
+    assert!(!followers.is_empty());
+    for (identity, addr) in followers {
+        let text = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !text.contains("cftunnel_sync_duration_seconds_count"),
+            "the follower {identity} ran a round:\n{text}"
+        );
+    }
+    // The leader dies without releasing its Lease.
+    {
+        let mut replicas = w.replicas.lock().unwrap();
+        let at = replicas.iter().position(|r| r.identity == leader).unwrap();
+        replicas[at].process.kill();
+        replicas.remove(at);
+    }
+    apply(&http_route(
+        &ns,
+        "after",
+        &format!("after-{ns}.example.com"),
+        &ns,
+        "echo",
+    ))
+    .await;
+    wait_route_condition("httproute", &ns, "after", "Accepted", "True", "Accepted").await;
+    wait_traffic(&format!("after-{ns}.example.com"), "/", 200, "failover").await;
+    assert_ne!(
+        lease_holder().await,
+        leader,
+        "the Lease moved to the survivor"
+    );
 }

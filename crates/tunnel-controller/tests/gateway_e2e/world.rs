@@ -26,13 +26,13 @@ pub struct World {
     pub double: CloudflareDouble,
     pub account: String,
     pub tunnel: TunnelInfo,
-    pub metrics: SocketAddr,
     /// The shared plane's pods started with the world.
     pub proxies: Vec<Proxy>,
     rt: tokio::runtime::Handle,
     /// Tests that break what every route depends on take this exclusively.
     pub lock: RwLock<()>,
-    _controller: Mutex<ManagedProcess>,
+    /// The controller replicas (one holds the Lease).
+    pub replicas: Mutex<Vec<Replica>>,
 }
 
 /// A proxy standing in for one shared-plane pod.
@@ -158,41 +158,84 @@ spec:
         proxies.push(p);
     }
 
-    let metrics_port = test_cluster::free_port().unwrap();
+    // Two replicas: leader election decides which one acts.
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
-    let log = cp.state_dir().join("tunnel-gateway-controller.log");
-    let args: Vec<String> = [
-        "--kubeconfig",
-        &controller_kubeconfig.display().to_string(),
-        "--namespace",
-        SYSTEM_NS,
-        "--identity",
-        "e2e-controller",
-        "--admin-addr",
-        &format!("127.0.0.1:{metrics_port}"),
-        "--cloudflare-api-url",
-        &double.base_url(),
-        "--proxy-image",
-        PROXY_IMAGE,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let controller = ManagedProcess::spawn("tunnel-gateway-controller", &bin, &args, &log)
-        .expect("controller starts");
-    eprintln!("controller log: {}", log.display());
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        let identity = format!("e2e-controller-{i}");
+        let port = test_cluster::free_port().unwrap();
+        let log = cp.state_dir().join(format!("{identity}.log"));
+        let args: Vec<String> = [
+            "--kubeconfig",
+            &controller_kubeconfig.display().to_string(),
+            "--namespace",
+            SYSTEM_NS,
+            "--identity",
+            &identity,
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+            "--cloudflare-api-url",
+            &double.base_url(),
+            "--proxy-image",
+            PROXY_IMAGE,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let process =
+            ManagedProcess::spawn(&identity, &bin, &args, &log).expect("controller starts");
+        eprintln!("controller log: {}", log.display());
+        replicas.push(Replica {
+            identity,
+            metrics: SocketAddr::from(([127, 0, 0, 1], port)),
+            process,
+        });
+    }
 
     World {
         cp,
         double,
         account,
         tunnel,
-        metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
         proxies,
         rt,
         lock: RwLock::new(()),
-        _controller: Mutex::new(controller),
+        replicas: Mutex::new(replicas),
     }
+}
+
+/// One controller process.
+pub struct Replica {
+    pub identity: String,
+    pub metrics: SocketAddr,
+    pub process: ManagedProcess,
+}
+
+/// The identity holding the controller's Lease.
+pub async fn lease_holder() -> String {
+    kubectl(&[
+        "get",
+        "lease",
+        "tunnel-gateway-controller",
+        "-n",
+        SYSTEM_NS,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .await
+}
+
+/// The admin address of the replica that holds the Lease.
+pub async fn leader_metrics() -> SocketAddr {
+    let holder = lease_holder().await;
+    world()
+        .replicas
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.identity == holder)
+        .map(|r| r.metrics)
+        .unwrap_or_else(|| panic!("no running replica holds the Lease ({holder:?})"))
 }
 
 /// Starts an in-process proxy (data plane + config API with `token`).
@@ -380,10 +423,8 @@ where
     }
     panic!(
         "timed out after {timeout:?} waiting for {what}; last seen: {last}\ncontroller log:\n{}",
-        test_cluster::tail_file(
-            &world().cp.state_dir().join("tunnel-gateway-controller.log"),
-            40
-        )
+        test_cluster::tail_file(&world().cp.state_dir().join("e2e-controller-0.log"), 30)
+            + &test_cluster::tail_file(&world().cp.state_dir().join("e2e-controller-1.log"), 30)
     );
 }
 
