@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 STATE_DIR ?= .state/demo
 
-.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-resource-proxy clean-state
+.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them; prints the commands to try and stays up until Ctrl-C. `make demo-check` runs them.
@@ -31,6 +31,11 @@ control-plane:
 ## bench-tunnel-proxy: tunnel-proxy vs nginx vs direct on loopback (installs nginx and wrk).
 bench-tunnel-proxy:
 	bash scripts/bench-tunnel-proxy.sh
+
+## bench-tunnel-controller: 1,000 HTTPRoutes over 100 Gateways against a real kube-apiserver; time to
+## convergence, controller memory, Cloudflare writes (release build of the controller).
+bench-tunnel-controller: control-plane
+	bash scripts/bench-tunnel-controller.sh
 
 ## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
 bench-resource-proxy: control-plane
