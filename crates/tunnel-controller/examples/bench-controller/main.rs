@@ -123,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let before = observe::counters(admin).await?;
     let tunnel = stage.tunnel.tunnel_id.clone();
     let puts_before = stage.double.put_count(&tunnel);
+    let cpu_before = cpu_split(pid, &stage)?;
 
     burst::namespace(&client, NAMESPACE).await?;
     let conv = Arc::new(Convergence::default());
@@ -145,6 +146,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let started = OnceLock::new();
     let created = burst::create(&client, NAMESPACE, &shape, cli.concurrency, &started).await?;
     let t0 = *started.get().context("the burst started")?;
+    // For reading the controller's log against the burst.
+    eprintln!(
+        "first create at {} (UTC, ±the create time)",
+        k8s_openapi::jiff::Timestamp::now() - t0.elapsed()
+    );
     let deadline = t0 + Duration::from_secs(cli.timeout_secs);
     while !conv.done() {
         if Instant::now() > deadline {
@@ -171,6 +177,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tokio::time::sleep(POLL).await;
     }
     let converged = observe::memory(pid)?;
+    let cpu_burst = cpu_split(pid, &stage)?.minus(&cpu_before);
     let at_convergence = observe::counters(admin).await?;
     let puts_burst = stage.double.put_count(&tunnel) - puts_before;
     check_traffic(stage.proxy_data, &shape).await?;
@@ -199,9 +206,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         puts: (puts_burst, puts_quiet),
         counters: (&before, &at_convergence, &end),
         load: (load_start, load_end),
+        cpu: cpu_burst,
     });
     controller.kill();
     Ok(())
+}
+
+/// CPU time used so far by the controller, the control plane (kube-apiserver and etcd) and this
+/// process (the creates, the watch, the probes, the proxies, the backend, the double).
+#[derive(Debug, Clone, Copy)]
+struct CpuSplit {
+    controller: Duration,
+    control_plane: Duration,
+    bench: Duration,
+}
+
+impl CpuSplit {
+    fn minus(&self, earlier: &CpuSplit) -> CpuSplit {
+        CpuSplit {
+            controller: self.controller.saturating_sub(earlier.controller),
+            control_plane: self.control_plane.saturating_sub(earlier.control_plane),
+            bench: self.bench.saturating_sub(earlier.bench),
+        }
+    }
+}
+
+fn cpu_split(controller: u32, stage: &setup::Stage) -> anyhow::Result<CpuSplit> {
+    Ok(CpuSplit {
+        controller: observe::cpu(controller)?,
+        control_plane: observe::cpu_of(&stage.cp.pids())?,
+        bench: observe::cpu(std::process::id())?,
+    })
 }
 
 /// Removes the state of a previous run (etcd data would bring its objects back); refuses a
@@ -286,6 +321,8 @@ struct Report<'a> {
     counters: (&'a Counters, &'a Counters, &'a Counters),
     /// Load average (1, 5, 15 min) at the start and the end.
     load: (String, String),
+    /// From the first create to convergence.
+    cpu: CpuSplit,
 }
 
 fn print_report(r: &Report<'_>) {
@@ -347,6 +384,16 @@ fn print_report(r: &Report<'_>) {
         "**convergence** (the max, from the first create)",
         secs(max),
         &format!("< 10 s: {}", verdict(max < Duration::from_secs(10))),
+    );
+    row(
+        "CPU time, first create to convergence: controller / kube-apiserver + etcd / benchmark process",
+        format!(
+            "{} / {} / {}",
+            secs(r.cpu.controller),
+            secs(r.cpu.control_plane),
+            secs(r.cpu.bench)
+        ),
+        "",
     );
     row("controller RSS idle, before the burst", mib(r.idle.rss), "");
     row("controller RSS at convergence", mib(r.converged.rss), "");

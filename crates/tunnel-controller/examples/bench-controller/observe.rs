@@ -185,6 +185,31 @@ pub fn memory(pid: u32) -> anyhow::Result<Memory> {
     })
 }
 
+/// CPU time (user + system, all threads) a process has used so far.
+pub fn cpu(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    let rest = stat
+        .rsplit_once(") ")
+        .with_context(|| format!("/proc/{pid}/stat: {stat}"))?
+        .1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .context("short /proc/<pid>/stat")?
+        .iter()
+        .map(|f| f.parse::<u64>())
+        .sum::<Result<u64, _>>()?;
+    // USER_HZ is 100 on every Linux architecture this runs on (`getconf CLK_TCK`).
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// The summed CPU time of `pids`.
+pub fn cpu_of(pids: &[u32]) -> anyhow::Result<Duration> {
+    pids.iter().map(|p| cpu(*p)).sum()
+}
+
 /// The controller's counters the benchmark reports.
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
