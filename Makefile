@@ -5,7 +5,7 @@ STATE_DIR ?= .state/demo
 # The demo and the binaries it starts (found next to it in target/debug).
 DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunnel-proxy -p tunnel-controller -p demo
 
-.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-resource-proxy clean-state
+.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -34,6 +34,11 @@ control-plane:
 ## bench-tunnel-proxy: tunnel-proxy vs nginx vs direct on loopback (installs nginx and wrk).
 bench-tunnel-proxy:
 	bash scripts/bench-tunnel-proxy.sh
+
+## bench-tunnel-controller: 1,000 HTTPRoutes over 100 Gateways against a real kube-apiserver; time to
+## convergence, controller memory, Cloudflare writes (release build of the controller).
+bench-tunnel-controller: control-plane
+	bash scripts/bench-tunnel-controller.sh
 
 ## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
 bench-resource-proxy: control-plane

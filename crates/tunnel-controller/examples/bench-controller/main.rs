@@ -1,0 +1,447 @@
+//! TG-15, controller half: 1,000 HTTPRoutes over 100 Gateways (by default) created in a burst
+//! against a real kube-apiserver, and how long the `tunnel-gateway-controller` binary takes to
+//! converge: every route Accepted=True, every shared-plane proxy holding every route, the
+//! tunnel's ingress document holding every hostname. Also the controller's memory, its
+//! Cloudflare writes and sync rounds, and a baseline: the same burst into an API server with no
+//! controller running. Run by `scripts/bench-tunnel-controller.sh`; see docs/benchmarks.md.
+
+mod burst;
+mod observe;
+mod setup;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use gateway_api::apis::standard::gatewayclasses::GatewayClass;
+use kube::Api;
+
+use burst::Shape;
+use observe::{Convergence, Counters, Memory, Planes};
+
+#[derive(Parser)]
+#[command(about = "Burst benchmark of tunnel-gateway-controller against a real kube-apiserver")]
+struct Cli {
+    /// The controller binary (a release build).
+    #[arg(long)]
+    controller_bin: PathBuf,
+    /// Control-plane state, kubeconfigs and the controller's log (kept after the run).
+    #[arg(long, default_value = "target/bench-tunnel-controller")]
+    state_dir: PathBuf,
+    #[arg(long, default_value_t = 100)]
+    gateways: usize,
+    #[arg(long, default_value_t = 1000)]
+    routes: usize,
+    /// Backend Services (each with one EndpointSlice); routes use them in turn.
+    #[arg(long, default_value_t = 4)]
+    services: usize,
+    /// In-process proxies standing in for the shared plane's pods.
+    #[arg(long, default_value_t = 2)]
+    proxies: usize,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// The order routes are created in.
+    #[arg(long, value_enum, default_value_t = Order::ByGateway)]
+    route_order: Order,
+    /// Quiet period after convergence, to count late writes.
+    #[arg(long, default_value_t = 10)]
+    quiet_secs: u64,
+    /// Give up when convergence takes longer.
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Order {
+    /// Gateway 0's routes, then Gateway 1's, ... (hostnames keep arriving through the burst).
+    ByGateway,
+    /// Route i on Gateway i mod N (every hostname is in the first N routes).
+    RoundRobin,
+}
+
+const NAMESPACE: &str = "bench";
+const BASELINE_NAMESPACE: &str = "bench-baseline";
+/// Polling period of the in-process probes.
+const POLL: Duration = Duration::from_millis(5);
+
+fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    // The observers (route watch, probes, proxies, backend, double) share two worker threads,
+    // like the e2e world; the controller process has its own.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        cli.routes >= cli.gateways && cli.gateways > 0 && cli.services > 0,
+        "need at least one route per Gateway, and one Service"
+    );
+    let load_start = loadavg();
+    clear_state_dir(&cli.state_dir)?;
+    eprintln!("starting etcd, kube-apiserver, the Cloudflare double and the shared plane");
+    let stage = setup::stage(&cli.state_dir, cli.proxies).await?;
+    let client = stage.cluster().client().await?;
+    let shape = Shape {
+        gateways: cli.gateways,
+        routes: cli.routes,
+        services: cli.services,
+        backend_port: stage.backend_port,
+        by_gateway: matches!(cli.route_order, Order::ByGateway),
+    };
+
+    eprintln!("baseline: the burst into {BASELINE_NAMESPACE}, no controller running");
+    burst::namespace(&client, BASELINE_NAMESPACE).await?;
+    let baseline = burst::create(
+        &client,
+        BASELINE_NAMESPACE,
+        &shape,
+        cli.concurrency,
+        &OnceLock::new(),
+    )
+    .await?;
+    burst::remove(&client, BASELINE_NAMESPACE).await?;
+
+    eprintln!("starting the controller");
+    let admin = SocketAddr::from(([127, 0, 0, 1], test_cluster::free_port()?));
+    let mut controller = stage.start_controller(&cli.controller_bin, admin)?;
+    let pid = controller.pid();
+    eprintln!("controller log: {}", stage.controller_log().display());
+    observe::wait_ready(admin, Duration::from_secs(60)).await?;
+    wait_class_accepted(&client, Duration::from_secs(60)).await?;
+    // Let the first rounds and the leader election settle before the idle figures.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = observe::memory(pid)?;
+    let before = observe::counters(admin).await?;
+    let tunnel = stage.tunnel.tunnel_id.clone();
+    let puts_before = stage.double.put_count(&tunnel);
+    let cpu_before = cpu_split(pid, &stage)?;
+
+    burst::namespace(&client, NAMESPACE).await?;
+    let conv = Arc::new(Convergence::default());
+    observe::watch_routes(&client, NAMESPACE, cli.routes, conv.clone()).await?;
+    Planes {
+        proxies: stage.proxies.clone(),
+        double: stage.double.clone(),
+        account: stage.account.clone(),
+        tunnel: tunnel.clone(),
+        namespace: NAMESPACE.to_owned(),
+        routes: cli.routes,
+        hostnames: cli.gateways,
+    }
+    .poll(POLL, conv.clone());
+
+    eprintln!(
+        "burst: {} Gateways, {} HTTPRoutes, {} Services into {NAMESPACE}",
+        cli.gateways, cli.routes, cli.services
+    );
+    let started = OnceLock::new();
+    let created = burst::create(&client, NAMESPACE, &shape, cli.concurrency, &started).await?;
+    let t0 = *started.get().context("the burst started")?;
+    // For reading the controller's log against the burst.
+    eprintln!(
+        "first create at {} (UTC, ±the create time)",
+        k8s_openapi::jiff::Timestamp::now() - t0.elapsed()
+    );
+    let deadline = t0 + Duration::from_secs(cli.timeout_secs);
+    while !conv.done() {
+        if Instant::now() > deadline {
+            let prefix = format!("{NAMESPACE}/");
+            anyhow::bail!(
+                "no convergence after {} s: routes accepted {}, proxies {:?} routes, ingress {} hostnames; controller log {}",
+                cli.timeout_secs,
+                conv.routes.get().is_some(),
+                stage
+                    .proxies
+                    .iter()
+                    .map(|p| observe::doc_routes(p, &prefix))
+                    .collect::<Vec<_>>(),
+                observe::ingress_hostnames(&stage.double, &stage.account, &tunnel),
+                stage.controller_log().display()
+            );
+        }
+        if let Some(status) = controller.exited() {
+            anyhow::bail!(
+                "the controller exited ({status}):\n{}",
+                controller.log_tail(30)
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let converged = observe::memory(pid)?;
+    let cpu_burst = cpu_split(pid, &stage)?.minus(&cpu_before);
+    let at_convergence = observe::counters(admin).await?;
+    let puts_burst = stage.double.put_count(&tunnel) - puts_before;
+    check_traffic(stage.proxy_data, &shape).await?;
+
+    eprintln!("quiet period: {} s", cli.quiet_secs);
+    tokio::time::sleep(Duration::from_secs(cli.quiet_secs)).await;
+    let after = observe::memory(pid)?;
+    let end = observe::counters(admin).await?;
+    let puts_quiet = stage.double.put_count(&tunnel) - puts_before - puts_burst;
+    let load_end = loadavg();
+
+    let since = |t: &OnceLock<Instant>| t.get().map(|t| t.duration_since(t0)).unwrap_or_default();
+    let times = Times {
+        routes: since(&conv.routes),
+        proxies: since(&conv.proxies),
+        ingress: since(&conv.ingress),
+    };
+    print_report(&Report {
+        cli: &cli,
+        baseline,
+        created,
+        times,
+        idle,
+        converged,
+        after,
+        puts: (puts_burst, puts_quiet),
+        counters: (&before, &at_convergence, &end),
+        load: (load_start, load_end),
+        cpu: cpu_burst,
+    });
+    controller.kill();
+    Ok(())
+}
+
+/// CPU time used so far by the controller, the control plane (kube-apiserver and etcd) and this
+/// process (the creates, the watch, the probes, the proxies, the backend, the double).
+#[derive(Debug, Clone, Copy)]
+struct CpuSplit {
+    controller: Duration,
+    control_plane: Duration,
+    bench: Duration,
+}
+
+impl CpuSplit {
+    fn minus(&self, earlier: &CpuSplit) -> CpuSplit {
+        CpuSplit {
+            controller: self.controller.saturating_sub(earlier.controller),
+            control_plane: self.control_plane.saturating_sub(earlier.control_plane),
+            bench: self.bench.saturating_sub(earlier.bench),
+        }
+    }
+}
+
+fn cpu_split(controller: u32, stage: &setup::Stage) -> anyhow::Result<CpuSplit> {
+    Ok(CpuSplit {
+        controller: observe::cpu(controller)?,
+        control_plane: observe::cpu_of(&stage.cp.pids())?,
+        bench: observe::cpu(std::process::id())?,
+    })
+}
+
+/// Removes the state of a previous run (etcd data would bring its objects back); refuses a
+/// non-empty directory that does not look like one.
+fn clear_state_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    let Ok(mut entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        entries.next().is_none() || dir.join("tunnel-gateway-controller.log").exists(),
+        "{} is not empty and holds no previous benchmark run; pass another --state-dir",
+        dir.display()
+    );
+    std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))
+}
+
+/// The controller has run a round: our GatewayClass is Accepted.
+async fn wait_class_accepted(client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    let api: Api<GatewayClass> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    loop {
+        let class = api.get(setup::CLASS).await?;
+        let accepted = class
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Accepted" && c.status == "True");
+        if accepted {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "GatewayClass {} not Accepted after {timeout:?}",
+            setup::CLASS
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The converged document routes: the last route of the last Gateway reaches the backend.
+async fn check_traffic(proxy: SocketAddr, shape: &Shape) -> anyhow::Result<()> {
+    let route = shape.routes - 1;
+    let host = Shape::hostname(shape.gateway_of(route));
+    let path = format!("/r-{route}/x");
+    let resp = reqwest::Client::new()
+        .get(format!("http://{proxy}{path}"))
+        .header("host", &host)
+        .send()
+        .await?;
+    let status = resp.status();
+    let body = resp.text().await?;
+    anyhow::ensure!(
+        status.is_success() && body == format!("backend {path}"),
+        "{host}{path} through the proxy answered {status} {body:?}"
+    );
+    Ok(())
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+struct Times {
+    routes: Duration,
+    proxies: Duration,
+    ingress: Duration,
+}
+
+struct Report<'a> {
+    cli: &'a Cli,
+    baseline: burst::Created,
+    created: burst::Created,
+    times: Times,
+    idle: Memory,
+    converged: Memory,
+    after: Memory,
+    /// Ingress writes during the burst and in the quiet period.
+    puts: (u64, u64),
+    /// Before the burst, at convergence, after the quiet period.
+    counters: (&'a Counters, &'a Counters, &'a Counters),
+    /// Load average (1, 5, 15 min) at the start and the end.
+    load: (String, String),
+    /// From the first create to convergence.
+    cpu: CpuSplit,
+}
+
+fn print_report(r: &Report<'_>) {
+    let cli = r.cli;
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    let (before, at, end) = r.counters;
+    let max = r.times.routes.max(r.times.proxies).max(r.times.ingress);
+    let order = match cli.route_order {
+        Order::ByGateway => "by Gateway",
+        Order::RoundRobin => "round-robin",
+    };
+    println!();
+    println!(
+        "{} HTTPRoutes over {} Gateways (one listener hostname each), {} backend Services, {} shared-plane proxies; {} creates, {} in flight, routes created {order}.",
+        cli.routes, cli.gateways, cli.services, cli.proxies, r.created.objects, cli.concurrency
+    );
+    println!(
+        "Load average (1/5/15 min): {} at the start, {} at the end.",
+        r.load.0, r.load.1
+    );
+    println!();
+    println!("| figure | value | TG-15 target |");
+    println!("|---|---|---|");
+    let row = |f: &str, v: String, t: &str| println!("| {f} | {v} | {t} |");
+    row(
+        &format!(
+            "baseline: API server accepts the {} creates, no controller",
+            r.baseline.objects
+        ),
+        secs(r.baseline.elapsed),
+        "",
+    );
+    row(
+        "the same creates, controller running",
+        secs(r.created.elapsed),
+        "",
+    );
+    row(
+        &format!("every route Accepted=True ({})", cli.routes),
+        secs(r.times.routes),
+        "",
+    );
+    row(
+        &format!(
+            "every proxy holds all {} routes ({} proxies)",
+            cli.routes, cli.proxies
+        ),
+        secs(r.times.proxies),
+        "",
+    );
+    row(
+        &format!("ingress document holds all {} hostnames", cli.gateways),
+        secs(r.times.ingress),
+        "",
+    );
+    row(
+        "**convergence** (the max, from the first create)",
+        secs(max),
+        &format!("< 10 s: {}", verdict(max < Duration::from_secs(10))),
+    );
+    row(
+        "CPU time, first create to convergence: controller / kube-apiserver + etcd / benchmark process",
+        format!(
+            "{} / {} / {}",
+            secs(r.cpu.controller),
+            secs(r.cpu.control_plane),
+            secs(r.cpu.bench)
+        ),
+        "",
+    );
+    row("controller RSS idle, before the burst", mib(r.idle.rss), "");
+    row("controller RSS at convergence", mib(r.converged.rss), "");
+    row(
+        &format!("controller RSS after {} s quiet", cli.quiet_secs),
+        mib(r.after.rss),
+        "",
+    );
+    row(
+        "**controller peak memory** (VmHWM)",
+        mib(r.after.hwm),
+        &format!("< 150 MiB: {}", verdict(r.after.hwm < 150 * 1024 * 1024)),
+    );
+    row(
+        "ingress writes (PUT) to the tunnel during the burst",
+        r.puts.0.to_string(),
+        &format!("1: {}", verdict(r.puts.0 == 1)),
+    );
+    row(
+        &format!("ingress writes in the {} s quiet period", cli.quiet_secs),
+        r.puts.1.to_string(),
+        &format!("0: {}", verdict(r.puts.1 == 0)),
+    );
+    row(
+        "sync rounds until convergence (after quiet)",
+        format!(
+            "{} ({})",
+            at.rounds - before.rounds,
+            end.rounds - before.rounds
+        ),
+        "",
+    );
+    row(
+        "status writes until convergence (after quiet)",
+        format!(
+            "{} ({})",
+            at.status_writes() - before.status_writes(),
+            end.status_writes() - before.status_writes()
+        ),
+        "",
+    );
+    row(
+        "of which HTTPRoute / Gateway",
+        format!(
+            "{} / {}",
+            end.kind("HTTPRoute") - before.kind("HTTPRoute"),
+            end.kind("Gateway") - before.kind("Gateway")
+        ),
+        "",
+    );
+}
