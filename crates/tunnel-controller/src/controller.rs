@@ -1,7 +1,9 @@
 //! The sync loop: every change to a watched object wakes it; after a short quiet period (so a
 //! burst becomes one round) it takes a snapshot, computes the [`crate::model::Model`], syncs
 //! each tunnel's ingress document, pushes each partition's route table, and writes the statuses
-//! that changed. A round that left something undone (a failed tunnel, push or write) schedules
+//! that changed. Ingress documents are written only once the changes pause for
+//! [`INGRESS_QUIET`] (at most [`MAX_INGRESS_DEFER`] into a burst), so a burst costs one Cloudflare write per tunnel while
+//! statuses and pushes follow it. A round that left something undone (a failed tunnel, push or write) schedules
 //! another with backoff; a quiet cluster is re-checked every [`RESYNC`].
 //!
 //! Only the leader runs rounds; the stores are warm on every replica, so a new leader starts at
@@ -26,7 +28,7 @@ use crate::provision::Provisioner;
 use crate::push::{ConditionChange, PushOutcome};
 use crate::render::PlaneNames;
 use crate::status::{self, Effects, Write, Writer};
-use crate::tunnels::TunnelSync;
+use crate::tunnels::{TunnelResult, TunnelSync};
 use crate::world::Stores;
 
 /// Quiet period after a change before a round starts.
@@ -35,6 +37,10 @@ pub const DEBOUNCE: Duration = Duration::from_millis(150);
 pub const MAX_DELAY: Duration = Duration::from_secs(1);
 /// A quiet cluster is re-checked this often.
 pub const RESYNC: Duration = Duration::from_secs(60);
+/// Ingress writes wait for the watched objects to be quiet this long ...
+pub const INGRESS_QUIET: Duration = Duration::from_secs(1);
+/// ... but at most this long into a burst.
+pub const MAX_INGRESS_DEFER: Duration = Duration::from_secs(10);
 /// The longest wait before retrying what a round left undone.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Status writes in flight at once.
@@ -49,6 +55,10 @@ pub struct Controller {
     tunnels: TunnelSync,
     planes: Mutex<Planes>,
     provisioner: Provisioner,
+    /// When the current burst of changes began (ingress writes wait for its end).
+    burst_since: std::sync::Mutex<Option<Instant>>,
+    /// Each tunnel's last sync result, standing while ingress writes wait.
+    last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, String>>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -86,6 +96,8 @@ impl Controller {
             planes: Mutex::new(p.planes),
             provisioner: p.provisioner,
             verifications: Mutex::default(),
+            burst_since: std::sync::Mutex::default(),
+            last_tunnels: std::sync::Mutex::default(),
             metrics: p.metrics,
             changed: p.changed,
         }
@@ -127,6 +139,7 @@ impl Controller {
         }
     }
 
+    /// Waits for a quiet period, at most [`MAX_DELAY`].
     async fn debounce(&self) {
         let start = Instant::now();
         loop {
@@ -139,6 +152,28 @@ impl Controller {
                 _ = tokio::time::sleep(DEBOUNCE.min(left)) => return,
             }
         }
+    }
+
+    /// Whether this round writes ingress documents: once the watched objects have been quiet
+    /// for [`INGRESS_QUIET`], or once a burst has gone on for [`MAX_INGRESS_DEFER`]. Statuses and
+    /// pushes do not wait; the Cloudflare writes do, so a burst costs one write per tunnel.
+    fn ingress_due(&self) -> bool {
+        let quiet = self
+            .stores
+            .last_change()
+            .elapsed()
+            .is_none_or(|e| e >= INGRESS_QUIET);
+        let mut since = self.burst_since.lock().expect("burst lock");
+        if quiet {
+            *since = None;
+            return true;
+        }
+        let first = *since.get_or_insert_with(Instant::now);
+        if first.elapsed() >= MAX_INGRESS_DEFER {
+            *since = None;
+            return true;
+        }
+        false
     }
 
     async fn round(&self) -> Outcome {
@@ -154,11 +189,25 @@ impl Controller {
         effects.render_errors = provisioned.errors;
         notices.extend(provisioned.notices);
 
-        // Tunnels, all at once; each on its own.
-        let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
-            (tunnel.clone(), self.tunnels.sync(tunnel, plan).await)
-        });
-        for (tunnel, result) in futures::future::join_all(syncs).await {
+        // Tunnels, all at once; each on its own. Mid-burst, the last results stand.
+        let results: Vec<(String, Result<TunnelResult, String>)> = if self.ingress_due() {
+            let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
+                (tunnel.clone(), self.tunnels.sync(tunnel, plan).await)
+            });
+            let results = futures::future::join_all(syncs).await;
+            *self.last_tunnels.lock().expect("tunnels lock") = results.iter().cloned().collect();
+            results
+        } else {
+            tracing::debug!("changes still arriving; ingress documents wait for the quiet");
+            outcome.incomplete = true;
+            let last = self.last_tunnels.lock().expect("tunnels lock");
+            model
+                .tunnels
+                .keys()
+                .filter_map(|t| last.get(t).map(|r| (t.clone(), r.clone())))
+                .collect()
+        };
+        for (tunnel, result) in results {
             self.count("Tunnel", result.is_ok());
             match result {
                 Ok(r) => {

@@ -29,9 +29,25 @@ use tokio::sync::Notify;
 
 use crate::api::{GatewayClassConfig, GatewayConfig};
 
+/// When the watched objects last changed.
+#[derive(Clone, Default)]
+pub struct LastChange(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl LastChange {
+    fn touch(&self) {
+        *self.0.lock().expect("last change lock") = Some(std::time::Instant::now());
+    }
+
+    /// How long ago the last change arrived (`None`: none yet).
+    pub fn elapsed(&self) -> Option<std::time::Duration> {
+        self.0.lock().expect("last change lock").map(|t| t.elapsed())
+    }
+}
+
 /// The stores of every watched kind.
 #[derive(Clone)]
 pub struct Stores {
+    last_change: LastChange,
     gateway_classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     http_routes: Store<HttpRoute>,
@@ -76,23 +92,26 @@ pub struct Snapshot {
 impl Stores {
     /// Starts a reflector per kind (cluster-wide); each event notifies `changed`.
     pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
+        let last = LastChange::default();
+        let changed = &(changed, last.clone());
         Stores {
-            gateway_classes: reflect(client, &changed),
-            gateways: reflect(client, &changed),
-            http_routes: reflect(client, &changed),
-            grpc_routes: reflect(client, &changed),
-            reference_grants: reflect(client, &changed),
-            backend_tls_policies: reflect(client, &changed),
-            services: reflect(client, &changed),
-            endpoint_slices: reflect(client, &changed),
-            secrets: reflect(client, &changed),
-            config_maps: reflect(client, &changed),
-            namespaces: reflect(client, &changed),
-            class_configs: reflect(client, &changed),
-            gateway_configs: reflect(client, &changed),
-            deployments: reflect_labelled(client, &changed, PLANE_SELECTOR),
-            network_policies: reflect_labelled(client, &changed, PLANE_SELECTOR),
-            hpas: reflect_labelled(client, &changed, PLANE_SELECTOR),
+            last_change: last.clone(),
+            gateway_classes: reflect(client, changed),
+            gateways: reflect(client, changed),
+            http_routes: reflect(client, changed),
+            grpc_routes: reflect(client, changed),
+            reference_grants: reflect(client, changed),
+            backend_tls_policies: reflect(client, changed),
+            services: reflect(client, changed),
+            endpoint_slices: reflect(client, changed),
+            secrets: reflect(client, changed),
+            config_maps: reflect(client, changed),
+            namespaces: reflect(client, changed),
+            class_configs: reflect(client, changed),
+            gateway_configs: reflect(client, changed),
+            deployments: reflect_labelled(client, changed, PLANE_SELECTOR),
+            network_policies: reflect_labelled(client, changed, PLANE_SELECTOR),
+            hpas: reflect_labelled(client, changed, PLANE_SELECTOR),
         }
     }
 
@@ -121,6 +140,11 @@ impl Stores {
         );
     }
 
+    /// When a watched object last changed (the controller's own status writes included).
+    pub fn last_change(&self) -> &LastChange {
+        &self.last_change
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             gateway_classes: self.gateway_classes.state(),
@@ -146,14 +170,16 @@ impl Stores {
 /// The label every rendered plane object carries.
 const PLANE_SELECTOR: &str = "app.kubernetes.io/managed-by=tunnel-controller";
 
-fn reflect<K>(client: &Client, changed: &Arc<Notify>) -> Store<K>
+type Changed = (Arc<Notify>, LastChange);
+
+fn reflect<K>(client: &Client, changed: &Changed) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     reflect_with(client, changed, watcher::Config::default().any_semantic())
 }
 
-fn reflect_labelled<K>(client: &Client, changed: &Arc<Notify>, selector: &str) -> Store<K>
+fn reflect_labelled<K>(client: &Client, changed: &Changed, selector: &str) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
@@ -164,7 +190,7 @@ where
     )
 }
 
-fn reflect_with<K>(client: &Client, changed: &Arc<Notify>, config: watcher::Config) -> Store<K>
+fn reflect_with<K>(client: &Client, changed: &Changed, config: watcher::Config) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
@@ -182,7 +208,8 @@ where
             if let Err(e) = event {
                 tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
             }
-            changed.notify_one();
+            changed.1.touch();
+            changed.0.notify_one();
         }
     });
     reader
