@@ -40,7 +40,10 @@ impl LastChange {
 
     /// How long ago the last change arrived (`None`: none yet).
     pub fn elapsed(&self) -> Option<std::time::Duration> {
-        self.0.lock().expect("last change lock").map(|t| t.elapsed())
+        self.0
+            .lock()
+            .expect("last change lock")
+            .map(|t| t.elapsed())
     }
 }
 
