@@ -149,23 +149,7 @@ async fn run_plane(ns: &str, gw: &str) -> Proxy {
     )
     .unwrap();
     let p = spawn_proxy(&token).await;
-    apply(&format!(
-        r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: cf-proxy-{gw}-config-1
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: cf-proxy-{gw}-config}}
-addressType: FQDN
-ports: [{{name: config-api, port: {port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: false}}
-"#,
-        port = p.admin.port()
-    ))
-    .await;
+    publish_plane_proxy(ns, gw, &p).await;
     eventually("the Deployment", WAIT, || async {
         exists("deployment", ns, &format!("cf-proxy-{gw}"))
             .await
@@ -949,21 +933,12 @@ spec:
 
 /// Points the plane's config Service at `p` (replacing the previous pod).
 async fn publish_plane_proxy(ns: &str, gw: &str, p: &Proxy) {
-    apply(&format!(
-        r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: cf-proxy-{gw}-config-1
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: cf-proxy-{gw}-config}}
-addressType: FQDN
-ports: [{{name: config-api, port: {port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: false}}
-"#,
-        port = p.admin.port()
+    let service = format!("cf-proxy-{gw}-config");
+    apply(&config_endpoint_slice(
+        ns,
+        &service,
+        &format!("{service}-1"),
+        p,
     ))
     .await;
 }

@@ -278,26 +278,34 @@ pub async fn spawn_proxy(token: &str) -> Proxy {
 /// An EndpointSlice of the shared plane's config Service for `p` (the API server refuses
 /// loopback IPs in slices; the FQDN `127.1` passes and resolves to 127.0.0.1).
 pub async fn publish_proxy(cluster: &Cluster, pod: &str, p: &Proxy) {
-    apply_on(
-        cluster,
-        &format!(
-            r#"
+    let slice = config_endpoint_slice(
+        SYSTEM_NS,
+        "tunnel-proxy-config",
+        &format!("tunnel-proxy-config-{pod}"),
+        p,
+    );
+    apply_on(cluster, &slice).await;
+}
+
+/// An EndpointSlice (not-ready, as a pod without config is) of the config Service `service`
+/// pointing at `p`'s config API.
+pub fn config_endpoint_slice(ns: &str, service: &str, slice: &str, p: &Proxy) -> String {
+    format!(
+        r#"
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: tunnel-proxy-config-{pod}
-  namespace: {SYSTEM_NS}
-  labels: {{kubernetes.io/service-name: tunnel-proxy-config}}
+  name: {slice}
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: {service}}}
 addressType: FQDN
 ports: [{{name: config-api, port: {port}, protocol: TCP}}]
 endpoints:
 - addresses: ["127.1"]
   conditions: {{ready: false}}
 "#,
-            port = p.admin.port()
-        ),
+        port = p.admin.port()
     )
-    .await;
 }
 
 /// A local HTTP backend answering `<name> <path>`; runs on the world's runtime.
