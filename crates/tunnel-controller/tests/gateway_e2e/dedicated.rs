@@ -112,6 +112,40 @@ async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &st
     .await
 }
 
+/// Waits until the object is there (`present`) or gone.
+async fn wait_exists(kind: &str, ns: &str, name: &str, present: bool) {
+    eventually(
+        &format!(
+            "{kind} {ns}/{name} {}",
+            if present { "present" } else { "gone" }
+        ),
+        WAIT,
+        || async {
+            if exists(kind, ns, name).await == present {
+                Ok(())
+            } else {
+                Err(format!("present: {}", !present))
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until a proxy answers `host` + `path` with 200.
+async fn wait_ok(proxy: std::net::SocketAddr, host: &str, path: &str) {
+    eventually(
+        &format!("200 for {host}{path} via {proxy}"),
+        WAIT,
+        || async {
+            match get_via(proxy, host, path).await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
 async fn exists(kind: &str, ns: &str, name: &str) -> bool {
     cluster()
         .kubectl_ok(&["get", kind, name, "-n", ns, "-o", "name"])
@@ -300,13 +334,7 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     })
     .await;
     kubectl(&["delete", "networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
-    eventually("NetworkPolicy recreated", WAIT, || async {
-        exists("networkpolicy", &ns, "cf-proxy-gw-netpol")
-            .await
-            .then_some(())
-            .ok_or_else(|| "absent".to_owned())
-    })
-    .await;
+    wait_exists("networkpolicy", &ns, "cf-proxy-gw-netpol", true).await;
 
     // Removing parametersRef removes the plane; the Gateway moves to the shared plane.
     apply(&gateway_yaml(&ns, "gw", false)).await;
@@ -375,13 +403,7 @@ spec:
     kubectl(&["delete", "gateway", "taken", "-n", &ns]).await;
     let t2 = tunnel(&format!("{ns}-2"));
     dedicated_gateway(&ns, "mine", &t2.token, port).await;
-    eventually("the plane of mine", WAIT, || async {
-        exists("deployment", &ns, "cf-proxy-mine")
-            .await
-            .then_some(())
-            .ok_or_else(|| "absent".to_owned())
-    })
-    .await;
+    wait_exists("deployment", &ns, "cf-proxy-mine", true).await;
     kubectl(&["delete", "gateway", "mine", "-n", &ns]).await;
     eventually("garbage collected", WAIT, || async {
         let left = [
@@ -456,6 +478,7 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     .await;
     apply(&gateway_yaml(&old_ns, "gw", true)).await; // no GatewayConfig yet
     wait_gateway(&old_ns, "gw", "Accepted", "False", "InvalidParameters").await;
+    next_second().await;
     let holder_ns = unique_name("claim-holder");
     dedicated_gateway(&holder_ns, "gw", &t.token, port).await;
     eventually("the holder advertises the tunnel", WAIT, || async {
@@ -518,6 +541,34 @@ async fn set_class(patch: &str) {
     .await;
 }
 
+/// Puts the class back (no cap, no sharing) when a test that changed it ends, even by a panic,
+/// so one failure does not cascade into the other tests.
+struct ClassReset;
+
+impl Drop for ClassReset {
+    fn drop(&mut self) {
+        let kubectl = cluster().kubectl();
+        let std = kubectl.as_std();
+        let _ = std::process::Command::new(std.get_program())
+            .args(std.get_args())
+            .args([
+                "patch",
+                "gatewayclassconfig",
+                CLASS,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"maxDataPlanesPerNamespace":null,"allowSharedTunnels":false}}"#,
+            ])
+            .status();
+    }
+}
+
+/// Gateways are ranked by creationTimestamp (seconds), then UID: let a second pass so the one
+/// created next is younger.
+async fn next_second() {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+}
+
 async fn unset_cap() {
     kubectl(&[
         "patch",
@@ -534,6 +585,7 @@ async fn unset_cap() {
 async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() {
     let w = world();
     let _exclusive = w.lock.write().await;
+    let _reset = ClassReset;
     let port = spawn_backend("cap").await;
     set_class(r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#).await;
     let ns = unique_name("cap");
@@ -545,8 +597,10 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     .await;
     apply(&gateway_yaml(&ns, "elder", false)).await;
     wait_gateway(&ns, "elder", "Accepted", "True", "Accepted").await;
+    next_second().await;
     dedicated_gateway(&ns, "first", &tokens[0].token, port).await;
     wait_gateway(&ns, "first", "Programmed", "False", "Pending").await;
+    next_second().await;
     dedicated_gateway(&ns, "second", &tokens[1].token, port).await;
     let msg = wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
     assert!(msg.contains("first"), "names the holder: {msg}");
@@ -572,13 +626,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     // Deleting the sibling frees the slot at once.
     kubectl(&["delete", "gateway", "first", "-n", &ns]).await;
     wait_gateway(&ns, "second", "Accepted", "True", "Accepted").await;
-    eventually("the second plane", WAIT, || async {
-        exists("deployment", &ns, "cf-proxy-second")
-            .await
-            .then_some(())
-            .ok_or_else(|| "absent".to_owned())
-    })
-    .await;
+    wait_exists("deployment", &ns, "cf-proxy-second", true).await;
 
     // An older Gateway opting in later evicts the newest.
     apply(&format!(
@@ -589,12 +637,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     apply(&gateway_yaml(&ns, "elder", true)).await;
     wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
     wait_gateway(&ns, "elder", "Accepted", "True", "Accepted").await;
-    eventually("the evicted plane is removed", WAIT, || async {
-        (!exists("deployment", &ns, "cf-proxy-second").await)
-            .then_some(())
-            .ok_or_else(|| "still there".to_owned())
-    })
-    .await;
+    wait_exists("deployment", &ns, "cf-proxy-second", false).await;
     // The evicted Gateway keeps its published address.
     let g = get_json(&["gateway", "second", "-n", &ns]).await;
     assert_eq!(
@@ -613,6 +656,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     let ns2 = unique_name("cap-claim");
     dedicated_gateway(&ns2, "squatter", &w.tunnel.token, port).await;
     wait_gateway(&ns2, "squatter", "Accepted", "False", "InvalidParameters").await;
+    next_second().await;
     let t = tunnel(&ns2);
     dedicated_gateway(&ns2, "later", &t.token, port).await;
     wait_gateway(&ns2, "later", "Accepted", "False", "DataPlaneQuotaExceeded").await;
@@ -625,6 +669,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
 async fn allow_shared_tunnels_merges_claims_across_namespaces() {
     let w = world();
     let _exclusive = w.lock.write().await;
+    let _reset = ClassReset;
     let port = spawn_backend("sharedt").await;
     let (ns_a, ns_b) = (unique_name("share-a"), unique_name("share-b"));
     let t = tunnel(&ns_a);
@@ -716,13 +761,7 @@ async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_
     apply(&route_to(&ns, "web", "gw", &host)).await;
     let plane = run_plane(&ns, "gw").await;
     let data = plane.data;
-    eventually("traffic through the plane", WAIT, || async {
-        match get_via(data, &host, "/").await {
-            Ok((200, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_ok(data, &host, "/").await;
     let served = plane.state.document().unwrap().version;
 
     // The token Secret goes away after a healthy render.
@@ -899,13 +938,7 @@ spec:
     let first = spawn_proxy("first-token").await;
     publish_plane_proxy(&ns, "gw", &first).await;
     let data = first.data;
-    eventually("pushed with the first token", WAIT, || async {
-        match get_via(data, &host, "/").await {
-            Ok((200, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_ok(data, &host, "/").await;
 
     apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: plane-auth, namespace: {ns}}}\nstringData: {{auth-token: second-token}}\n"
@@ -922,13 +955,7 @@ spec:
     let second = spawn_proxy("second-token").await;
     publish_plane_proxy(&ns, "gw", &second).await;
     let data = second.data;
-    eventually("pushed with the second token", WAIT, || async {
-        match get_via(data, &host, "/").await {
-            Ok((200, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_ok(data, &host, "/").await;
 }
 
 /// Points the plane's config Service at `p` (replacing the previous pod).
