@@ -111,44 +111,32 @@ pub fn decide(
     let mut contenders = Vec::new();
     for gw in gateways {
         let key = ObjKey::of(gw.as_ref());
-        let r = resolve(gw, snap, policy.credentials);
-        let verified_tunnel = match &r {
-            Ok(res) => {
-                let vkey = verification_key(&res.tunnel_token, &res.credentials);
-                match verifications.get(&vkey) {
-                    Some(Verification::Verified) => Some(res.token.tunnel_id().to_owned()),
-                    Some(Verification::Refused(_)) => None,
-                    Some(Verification::Pending(_)) | None => {
-                        requests.push(VerifyRequest {
-                            key: vkey,
-                            token: res.token.clone(),
-                            credentials: res.credentials.clone(),
-                        });
-                        None
-                    }
-                }
-            }
-            Err(_) => None,
-        };
-        claimants.push(Claimant::new(gw, verified_tunnel.as_deref()));
-        contenders.extend(Contender::of(gw));
-        let r = r.and_then(|res| {
+        // A resolved configuration counts only once the Cloudflare API has verified its token;
+        // until then the claim is asked for and the Gateway says why it waits.
+        let r = resolve(gw, snap, policy.credentials).and_then(|res| {
             let vkey = verification_key(&res.tunnel_token, &res.credentials);
             match verifications.get(&vkey) {
                 Some(Verification::Verified) => Ok(res),
                 Some(Verification::Refused(v)) => Err(v.clone()),
-                Some(Verification::Pending(why)) => Err(Verdict::fail(
-                    "Accepted",
-                    "TunnelVerificationPending",
-                    format!("verifying the tunnel claim with the Cloudflare API: {why}"),
-                )),
-                None => Err(Verdict::fail(
-                    "Accepted",
-                    "TunnelVerificationPending",
-                    "verifying the tunnel claim with the Cloudflare API",
-                )),
+                answer => {
+                    requests.push(VerifyRequest {
+                        key: vkey,
+                        token: res.token.clone(),
+                        credentials: res.credentials.clone(),
+                    });
+                    let why = match answer {
+                        Some(Verification::Pending(why)) => {
+                            format!("verifying the tunnel claim with the Cloudflare API: {why}")
+                        }
+                        _ => "verifying the tunnel claim with the Cloudflare API".to_owned(),
+                    };
+                    Err(Verdict::fail("Accepted", "TunnelVerificationPending", why))
+                }
             }
         });
+        let verified_tunnel = r.as_ref().ok().map(|res| res.token.tunnel_id().to_owned());
+        claimants.push(Claimant::new(gw, verified_tunnel.as_deref()));
+        contenders.extend(Contender::of(gw));
         resolved.insert(key, r);
     }
     let claims = claims::arbitrate(

@@ -219,8 +219,6 @@ pub struct RouteOutcome {
 pub struct PartitionPlan {
     /// The route table (version 0; the pusher stamps versions).
     pub doc: Config,
-    /// Routes in the document (for push-failure conditions).
-    pub routes: BTreeSet<RouteId>,
 }
 
 /// A BackendTLSPolicy in use by routes of ours: its verdicts, under each Gateway (ancestor)
@@ -238,9 +236,6 @@ pub struct TunnelPlan {
     pub credentials: Credentials,
     /// Hostnames in priority order (oldest route first), with the route that brings each.
     pub hostnames: Vec<(String, RouteId)>,
-    /// Routes attached through this tunnel's Gateways (marked Pending when its sync fails).
-    pub routes: BTreeSet<RouteId>,
-    pub gateways: BTreeSet<ObjKey>,
 }
 
 /// Everything decided for one snapshot.
@@ -450,11 +445,7 @@ pub fn compute(
                 .or_insert_with(|| TunnelPlan {
                     credentials: credentials.clone(),
                     hostnames: Vec::new(),
-                    routes: BTreeSet::new(),
-                    gateways: BTreeSet::new(),
-                })
-                .gateways
-                .insert(ObjKey::of(gw.gateway.as_ref()));
+                });
         }
     }
     // Dedicated Gateways sharing a tunnel: every plane of the tunnel gets every route of it
@@ -480,7 +471,6 @@ pub fn compute(
                     .doc
                     .listeners
                     .extend(plan.doc.listeners.iter().cloned());
-                union.routes.extend(plan.routes.iter().cloned());
             }
         }
         for m in members {
@@ -498,7 +488,6 @@ pub fn compute(
             let Some(tunnel) = gw.tunnel.as_ref().and_then(|t| model.tunnels.get_mut(t)) else {
                 continue;
             };
-            tunnel.routes.insert(route.id.clone());
             for h in hosts {
                 tunnel.hostnames.push((h.clone(), route.id.clone()));
             }
@@ -1015,7 +1004,6 @@ fn route_outcome(
         let plan = model.partitions.entry(partition.clone()).or_default();
         if verdicts.1.is_none() {
             plan.doc.routes.push(entry);
-            plan.routes.insert(route.id.clone());
         }
         content.get_or_insert(verdicts);
     }

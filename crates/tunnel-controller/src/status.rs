@@ -550,20 +550,4 @@ impl Writer {
             tracing::warn!(reason = %n.reason, error = %e, "could not publish an Event");
         }
     }
-
-    /// Publishes a Normal or Warning Event about a route.
-    pub fn route_notice(id: &RouteId, warning: bool, reason: &str, message: String) -> Notice {
-        Notice {
-            object: k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(format!("{GATEWAY_GROUP}/v1")),
-                kind: Some(id.kind.as_str().to_owned()),
-                namespace: Some(id.key.namespace.clone()),
-                name: Some(id.key.name.clone()),
-                ..Default::default()
-            },
-            warning,
-            reason: reason.to_owned(),
-            message,
-        }
-    }
 }

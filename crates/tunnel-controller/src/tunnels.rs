@@ -101,7 +101,7 @@ impl TunnelSync {
             client.get_tunnel_configuration(&account, tunnel)
         })
         .await
-        .map_err(describe)?;
+        .map_err(|e| e.to_string())?;
         let current_doc = current.config;
         let planned = ingress::plan(&current_doc, &hostnames);
         let rules = planned
@@ -115,7 +115,7 @@ impl TunnelSync {
                 client.put_tunnel_configuration(&account, tunnel, doc)
             })
             .await
-            .map_err(describe)?;
+            .map_err(|e| e.to_string())?;
             tracing::info!(tunnel, rules, "tunnel ingress document written");
         }
         state.synced = Some((hostnames.clone(), Instant::now(), rules, fingerprint));
@@ -171,7 +171,7 @@ impl TunnelSync {
         if let Some(a) = self.accounts.lock().await.get(&creds.api_token) {
             return Ok(a.clone());
         }
-        let accounts = client.list_accounts().await.map_err(describe)?;
+        let accounts = client.list_accounts().await.map_err(|e| e.to_string())?;
         match accounts.as_slice() {
             [one] => {
                 self.accounts
@@ -203,9 +203,4 @@ fn overflow_of(plan: &TunnelPlan, hostnames: &[String]) -> Vec<(String, RouteId)
                 .map(|(_, r)| (h.clone(), r.clone()))
         })
         .collect()
-}
-
-/// A user-facing description of an API failure (class and message, never the token).
-fn describe(e: impl std::fmt::Display) -> String {
-    e.to_string()
 }
