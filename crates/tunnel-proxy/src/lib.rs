@@ -7,6 +7,7 @@ pub mod admin;
 pub mod compile;
 pub mod config;
 pub mod filters;
+mod h1;
 pub mod metrics;
 pub mod proxy;
 pub mod routing;

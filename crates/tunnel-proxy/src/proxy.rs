@@ -28,14 +28,14 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::compile::{Action, Backend, Mirror, Rule, Target};
+use crate::compile::{Action, Backend, Mirror, RouteTable, Rule, Target};
 use crate::filters::{self, RedirectInput};
+use crate::h1::rewind::Rewind;
 use crate::metrics::{BackendErrorReason, HostMetrics};
 use crate::routing::{self, RequestView};
 use crate::smuggling::Sniffed;
@@ -64,20 +64,35 @@ struct ConnCtx {
 
 // === server ===
 
-/// Accepts connections until `shutdown` resolves, then stops accepting, asks every
-/// connection to finish (HTTP/1.1 closes after the response in flight, HTTP/2 sends GOAWAY)
-/// and returns once all of them have.
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {
+/// hyper's server for what the HTTP/1.1 fast path leaves to it.
+pub(crate) type HyperServer = auto::Builder<TokioExecutor>;
+
+fn hyper_server() -> HyperServer {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     builder
         .http2()
         .timer(TokioTimer::new())
         .adaptive_window(true);
-    let graceful = GracefulShutdown::new();
+    builder
+}
+
+/// How long a client may take to send a request head (slowloris protection).
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Accepts connections until `shutdown` resolves, then stops accepting, asks every
+/// connection to finish (HTTP/1.1 closes after the response in flight, HTTP/2 sends GOAWAY)
+/// and returns once all of them have.
+///
+/// Each connection starts on the HTTP/1.1 fast path ([`crate::h1`]); hyper takes over a
+/// connection at the first request the fast path does not handle itself (HTTP/2, upgrades,
+/// streamed or chunked request bodies, backends over HTTP/2, mirrors, malformed requests).
+pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {
+    let hyper = Arc::new(hyper_server());
+    let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -95,41 +110,94 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Futu
         if let Err(e) = stream.set_nodelay(true) {
             debug!(error = %e, "set_nodelay failed");
         }
-        let conflicting_length = Arc::new(AtomicBool::new(false));
-        let io = TokioIo::new(Sniffed::new(stream, conflicting_length.clone()));
-        let ctx = Arc::new(ConnCtx {
-            state: state.clone(),
+        tokio::spawn(crate::h1::serve_connection(
+            stream,
             peer,
-            peer_ip: HeaderValue::try_from(peer.ip().to_string())
-                .expect("an IP address is a valid header value"),
-            conflicting_length,
-        });
-        let service = service_fn(move |req| handle(ctx.clone(), req));
-        let conn = builder
-            .serve_connection_with_upgrades(io, service)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+            state.clone(),
+            hyper.clone(),
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
+    drop(stop_rx);
     info!(
-        connections = graceful.count(),
+        connections = stop_tx.receiver_count(),
         "stopped accepting; finishing in-flight requests"
     );
-    graceful.shutdown().await;
+    let _ = stop_tx.send(true);
+    stop_tx.closed().await;
+}
+
+/// Serves the rest of a connection with hyper, starting with `prefix` (bytes the fast path
+/// already read: the head of the request it declined and whatever followed).
+pub(crate) async fn serve_with_hyper(
+    stream: TcpStream,
+    prefix: Bytes,
+    peer: SocketAddr,
+    state: Arc<State>,
+    hyper: &HyperServer,
+    mut stop: watch::Receiver<bool>,
+) {
+    let conflicting_length = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(Sniffed::new(
+        Rewind::new(prefix, stream),
+        conflicting_length.clone(),
+    ));
+    let ctx = Arc::new(ConnCtx {
+        state,
+        peer,
+        peer_ip: peer_ip(peer),
+        conflicting_length,
+    });
+    let service = service_fn(move |req| handle(ctx.clone(), req));
+    let conn = hyper.serve_connection_with_upgrades(io, service);
+    tokio::pin!(conn);
+    let mut stopping = *stop.borrow();
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// The peer address as an `X-Forwarded-For` element.
+pub(crate) fn peer_ip(peer: SocketAddr) -> HeaderValue {
+    HeaderValue::try_from(peer.ip().to_string()).expect("an IP address is a valid header value")
 }
 
 // === request handling ===
 
 /// Metrics bookkeeping of one request; finishes when the response body is done or dropped.
-struct Completion {
+pub(crate) struct Completion {
     start: Instant,
     in_flight: Gauge,
-    host: Arc<HostMetrics>,
+    /// The matched route's metrics (the unmatched series until a route matched).
+    pub host: Arc<HostMetrics>,
+}
+
+impl Completion {
+    /// Counts a request in flight from now, for the series of `host`.
+    pub(crate) fn begin(state: &State, host: Arc<HostMetrics>) -> Self {
+        let in_flight = state.metrics().in_flight().clone();
+        in_flight.inc();
+        Self {
+            start: Instant::now(),
+            in_flight,
+            host,
+        }
+    }
 }
 
 impl Drop for Completion {
@@ -171,19 +239,11 @@ async fn handle(
     ctx: Arc<ConnCtx>,
     req: Request<Incoming>,
 ) -> Result<Response<Tracked>, Infallible> {
-    let state = &ctx.state;
-    let start = Instant::now();
-    let in_flight = state.metrics().in_flight().clone();
-    in_flight.inc();
-    let mut done = Completion {
-        start,
-        in_flight,
-        host: state.metrics().unmatched().clone(),
-    };
+    let mut done = Completion::begin(&ctx.state, ctx.state.metrics().unmatched().clone());
     let resp = if ctx.conflicting_length.load(Ordering::Relaxed) && req.version() != Version::HTTP_2
     {
         debug!(peer = %ctx.peer, "refused request with both Content-Length and Transfer-Encoding");
-        bad_request("both Content-Length and Transfer-Encoding")
+        bad_request("both Content-Length and Transfer-Encoding").into_response()
     } else {
         route_and_forward(&ctx, req, &mut done).await
     };
@@ -204,39 +264,84 @@ async fn route_and_forward(
     mut req: Request<Incoming>,
     done: &mut Completion,
 ) -> Response<ProxyBody> {
-    let (state, peer) = (&ctx.state, ctx.peer);
-    let grpc = is_grpc(req.headers());
-    let authority = match routed_authority(&req) {
+    let table = ctx.state.table();
+    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let routed = match decide(ctx.peer, &parts, table.as_deref(), &mut done.host) {
+        Decision::Respond(local) => return local.into_response(),
+        Decision::Forward(routed) => routed,
+    };
+    let fwd = Forward {
+        routed: &routed,
+        host_metrics: &done.host,
+        peer_ip: &ctx.peer_ip,
+    };
+    let mut resp = fwd
+        .run(Request::from_parts(parts, body), client_upgrade)
+        .await;
+    if let Some(modifier) = &routed.rule.response_headers {
+        modifier.apply(resp.headers_mut());
+    }
+    resp
+}
+
+/// What the live table says to do with a request.
+pub(crate) enum Decision<'t> {
+    /// Answer without a backend; the rule's response header changes are applied.
+    Respond(Local),
+    /// Forward to a backend; the caller applies the rule's response header changes to the
+    /// backend's answer.
+    Forward(Routed<'t>),
+}
+
+/// A request routed to a backend.
+pub(crate) struct Routed<'t> {
+    pub rule: &'t Rule,
+    pub backend: &'t Backend,
+    pub upstream: &'t Upstream,
+    /// The authority the request was routed by.
+    pub authority: HeaderValue,
+    pub matched_prefix: Option<&'t str>,
+}
+
+/// Routes a request head with `table` (`None`: no config loaded). `host` becomes the matched
+/// route's metrics.
+pub(crate) fn decide<'t>(
+    peer: SocketAddr,
+    parts: &Parts,
+    table: Option<&'t RouteTable>,
+    host_metrics: &mut Arc<HostMetrics>,
+) -> Decision<'t> {
+    let grpc = is_grpc(&parts.headers);
+    let authority = match routed_authority(parts) {
         Ok(a) => a,
         Err(why) => {
             debug!(%peer, why, "refused request");
-            return bad_request(why);
+            return Decision::Respond(bad_request(why));
         }
     };
     let Some(host) = authority.to_str().ok().and_then(routing::normalize_host) else {
-        return local(StatusCode::BAD_REQUEST, "invalid host");
+        return Decision::Respond(local(StatusCode::BAD_REQUEST, "invalid host"));
     };
-    let table = state.table();
-    let Some(table) = table.as_ref() else {
-        return not_found(grpc);
+    let Some(table) = table else {
+        return Decision::Respond(not_found(grpc));
     };
     let view = RequestView {
         host: &host,
-        path: req.uri().path(),
-        query: req.uri().query(),
-        method: req.method(),
-        headers: req.headers(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        method: &parts.method,
+        headers: &parts.headers,
         grpc,
     };
     let Some(m) = table.table.lookup(&view) else {
-        return not_found(grpc);
+        return Decision::Respond(not_found(grpc));
     };
     if let Some(h) = table.host_metrics(m.hostname) {
-        done.host = h.clone();
+        *host_metrics = h.clone();
     }
     let rule: &Rule = m.rule;
-    let matched_prefix = m.matched_prefix.map(str::to_owned);
-    let mut resp = match &rule.action {
+    let mut answer = match &rule.action {
         Action::Respond(status) => local(*status, ""),
         Action::Redirect(redirect) => {
             let port = authority
@@ -245,60 +350,57 @@ async fn route_and_forward(
                 .and_then(|a| a.rsplit_once(':'))
                 .and_then(|(_, p)| p.parse().ok());
             let location = redirect.location(&RedirectInput {
-                scheme: forwarded_proto(req.headers()),
+                scheme: forwarded_proto(&parts.headers),
                 host: &host,
                 port,
-                path: req.uri().path(),
-                query: req.uri().query(),
-                matched_prefix: matched_prefix.as_deref(),
+                path: parts.uri.path(),
+                query: parts.uri.query(),
+                matched_prefix: m.matched_prefix,
             });
-            let mut resp = local(redirect.status, "");
+            let mut answer = local(redirect.status, "");
             match HeaderValue::from_str(&location) {
                 Ok(v) => {
-                    resp.headers_mut().insert(header::LOCATION, v);
+                    answer.headers.insert(header::LOCATION, v);
                 }
-                Err(_) => *resp.status_mut() = StatusCode::BAD_REQUEST,
+                Err(_) => answer.status = StatusCode::BAD_REQUEST,
             }
-            resp
+            answer
         }
         Action::Forward { choice, backends } => {
             let backend = &backends[choice.pick(rand::random_range(0..choice.total()))];
             match &backend.target {
                 Target::Fail(status) => local(*status, ""),
                 Target::Upstream(upstream) => {
-                    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
-                    let fwd = Forward {
+                    drop(host);
+                    return Decision::Forward(Routed {
                         rule,
                         backend,
                         upstream,
-                        host_metrics: &done.host,
-                        peer_ip: &ctx.peer_ip,
-                        authority: &authority,
-                        matched_prefix: matched_prefix.as_deref(),
-                    };
-                    fwd.run(req, client_upgrade).await
+                        authority,
+                        matched_prefix: m.matched_prefix,
+                    });
                 }
             }
         }
     };
     if let Some(modifier) = &rule.response_headers {
-        modifier.apply(resp.headers_mut());
+        modifier.apply(&mut answer.headers);
     }
-    resp
+    Decision::Respond(answer)
 }
 
 /// The authority a request is routed by: `Host` for HTTP/1, `:authority` (or `Host`) for
 /// HTTP/2. Ambiguity is refused rather than resolved, so no header or request-target form
 /// can make the proxy route by a name other than the one a front proxy checked.
-fn routed_authority(req: &Request<Incoming>) -> Result<HeaderValue, &'static str> {
-    let headers = req.headers();
+fn routed_authority(req: &Parts) -> Result<HeaderValue, &'static str> {
+    let headers = &req.headers;
     let mut hosts = headers.get_all(header::HOST).iter();
     let host = hosts.next();
     if hosts.next().is_some() {
         return Err("more than one Host header");
     }
-    let uri_authority = req.uri().authority().map(|a| a.as_str());
-    match (req.version(), host, uri_authority) {
+    let uri_authority = req.uri.authority().map(|a| a.as_str());
+    match (req.version, host, uri_authority) {
         (Version::HTTP_2, None, Some(a)) => {
             HeaderValue::from_str(a).map_err(|_| "invalid :authority")
         }
@@ -350,7 +452,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), except what an upgrade needs and
 /// `te: trailers` (gRPC needs it).
-fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // Most messages carry none: one pass over the names, no hashing.
     if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
         return;
@@ -395,36 +497,55 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// A response the proxy makes itself.
+pub(crate) struct Local {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: &'static str,
+}
+
+impl Local {
+    pub(crate) fn into_response(self) -> Response<ProxyBody> {
+        let mut resp = Response::new(
+            Full::new(Bytes::from_static(self.body.as_bytes()))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        *resp.status_mut() = self.status;
+        *resp.headers_mut() = self.headers;
+        resp
+    }
+}
+
 /// 400 and close: after a request we refuse to interpret, the connection's framing cannot be
 /// trusted either.
-fn bad_request(why: &'static str) -> Response<ProxyBody> {
-    let mut resp = local(StatusCode::BAD_REQUEST, why);
-    resp.headers_mut()
+fn bad_request(why: &'static str) -> Local {
+    let mut answer = local(StatusCode::BAD_REQUEST, why);
+    answer
+        .headers
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    resp
+    answer
 }
 
-fn local(status: StatusCode, body: &'static str) -> Response<ProxyBody> {
-    let mut resp = Response::new(
-        Full::new(Bytes::from_static(body.as_bytes()))
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *resp.status_mut() = status;
+pub(crate) fn local(status: StatusCode, body: &'static str) -> Local {
+    let mut headers = HeaderMap::new();
     if !body.is_empty() {
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     }
-    resp
+    Local {
+        status,
+        headers,
+        body,
+    }
 }
 
-fn not_found(grpc: bool) -> Response<ProxyBody> {
+fn not_found(grpc: bool) -> Local {
     if !grpc {
         return local(StatusCode::NOT_FOUND, "no matching route\n");
     }
     // gRPC trailers-only response: UNIMPLEMENTED.
-    let mut resp = local(StatusCode::OK, "");
-    let h = resp.headers_mut();
+    let mut answer = local(StatusCode::OK, "");
+    let h = &mut answer.headers;
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
@@ -434,19 +555,16 @@ fn not_found(grpc: bool) -> Response<ProxyBody> {
         "grpc-message",
         HeaderValue::from_static("no matching route"),
     );
-    resp
+    answer
 }
 
 // === forwarding ===
 
+/// The hyper path's exchange with a backend.
 struct Forward<'a> {
-    rule: &'a Rule,
-    backend: &'a Backend,
-    upstream: &'a Upstream,
+    routed: &'a Routed<'a>,
     host_metrics: &'a HostMetrics,
     peer_ip: &'a HeaderValue,
-    authority: &'a HeaderValue,
-    matched_prefix: Option<&'a str>,
 }
 
 impl Forward<'_> {
@@ -457,17 +575,25 @@ impl Forward<'_> {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         let upgrade = client_upgrade.is_some();
-        if upgrade && self.upstream.protocol != crate::config::BackendProtocol::Http1 {
-            warn!(route = %self.rule.route, backend = %self.backend.name, "upgrade request to an HTTP/2 backend refused");
+        if upgrade && self.routed.upstream.protocol != crate::config::BackendProtocol::Http1 {
+            warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, "upgrade request to an HTTP/2 backend refused");
             self.host_metrics.backend_error(BackendErrorReason::Upgrade);
-            return local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n");
+            return local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n").into_response();
         }
-        self.prepare_headers(&mut parts, upgrade);
-        let Some(path_and_query) = self.path_and_query(&parts) else {
-            return local(StatusCode::BAD_REQUEST, "invalid request target\n");
+        prepare_request_headers(
+            &mut parts.headers,
+            self.routed.rule,
+            &self.routed.authority,
+            self.peer_ip,
+            upgrade,
+        );
+        let Some(path_and_query) =
+            upstream_target(self.routed.rule, &parts.uri, self.routed.matched_prefix)
+        else {
+            return local(StatusCode::BAD_REQUEST, "invalid request target\n").into_response();
         };
         let body = body.map_err(BoxError::from);
-        let body: ProxyBody = if self.rule.mirrors.is_empty() {
+        let body: ProxyBody = if self.routed.rule.mirrors.is_empty() {
             body.boxed_unsync()
         } else {
             let senders = self.start_mirrors(&parts, &path_and_query);
@@ -481,23 +607,27 @@ impl Forward<'_> {
                 .boxed_unsync()
             }
         };
-        let endpoint = self.upstream.next_endpoint();
-        let uri = match self.upstream.uri(endpoint, path_and_query) {
+        let endpoint = self.routed.upstream.next_endpoint();
+        let uri = match self.routed.upstream.uri(endpoint, path_and_query) {
             Ok(uri) => uri,
             Err(e) => {
-                warn!(route = %self.rule.route, error = %e, "cannot build the upstream URI");
-                return local(StatusCode::BAD_REQUEST, "invalid request target\n");
+                warn!(route = %self.routed.rule.route, error = %e, "cannot build the upstream URI");
+                return local(StatusCode::BAD_REQUEST, "invalid request target\n").into_response();
             }
         };
         parts.uri = uri;
-        parts.version = match self.upstream.protocol {
+        parts.version = match self.routed.upstream.protocol {
             crate::config::BackendProtocol::Http1 => Version::HTTP_11,
             crate::config::BackendProtocol::Http2 => Version::HTTP_2,
         };
         let request = self
+            .routed
             .upstream
             .send(endpoint, Request::from_parts(parts, body));
-        let deadline = match (self.rule.request_timeout, self.rule.backend_timeout) {
+        let deadline = match (
+            self.routed.rule.request_timeout,
+            self.routed.rule.backend_timeout,
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -505,10 +635,10 @@ impl Forward<'_> {
             Some(d) => match tokio::time::timeout(d, request).await {
                 Ok(r) => r,
                 Err(_) => {
-                    warn!(route = %self.rule.route, backend = %self.backend.name, %endpoint,
+                    warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
                         reason = "timeout", timeout_ms = d.as_millis() as u64, "backend request failed");
                     self.host_metrics.backend_error(BackendErrorReason::Timeout);
-                    return local(StatusCode::GATEWAY_TIMEOUT, "backend timeout\n");
+                    return local(StatusCode::GATEWAY_TIMEOUT, "backend timeout\n").into_response();
                 }
             },
             None => request.await,
@@ -517,18 +647,18 @@ impl Forward<'_> {
             Ok(resp) => resp,
             Err(e) => {
                 let (reason, status) = classify(&e);
-                warn!(route = %self.rule.route, backend = %self.backend.name, %endpoint,
+                warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
                     reason = reason.as_str(), error = %error_chain(&e), "backend request failed");
                 self.host_metrics.backend_error(reason);
-                return local(status, "backend unavailable\n");
+                return local(status, "backend unavailable\n").into_response();
             }
         };
         if let Some(client_upgrade) = client_upgrade
             && resp.status() == StatusCode::SWITCHING_PROTOCOLS
         {
             let upstream_upgrade = hyper::upgrade::on(&mut resp);
-            let route = self.rule.route.clone();
-            let backend = self.backend.name.clone();
+            let route = self.routed.rule.route.clone();
+            let backend = self.routed.backend.name.clone();
             tokio::spawn(async move {
                 match tokio::try_join!(client_upgrade, upstream_upgrade) {
                     Ok((client, upstream)) => {
@@ -558,57 +688,10 @@ impl Forward<'_> {
         resp
     }
 
-    fn prepare_headers(&self, parts: &mut Parts, upgrade: bool) {
-        let h = &mut parts.headers;
-        strip_hop_by_hop(h, upgrade);
-        if let Some(m) = &self.rule.request_headers {
-            m.apply(h);
-        }
-        let host = self
-            .rule
-            .rewrite
-            .as_ref()
-            .and_then(|r| r.hostname.clone())
-            .unwrap_or_else(|| self.authority.clone());
-        h.insert(header::HOST, host);
-        let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(prev) => {
-                let peer_ip = self.peer_ip.to_str().unwrap_or_default();
-                HeaderValue::try_from(format!("{prev}, {peer_ip}")).ok()
-            }
-            None => Some(self.peer_ip.clone()),
-        };
-        if let Some(v) = xff {
-            h.insert(X_FORWARDED_FOR.clone(), v);
-        }
-        let proto = forwarded_proto(h);
-        h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
-    }
-
-    /// The upstream path and query: the client's (shared, not copied) unless a URL rewrite
-    /// changes the path. `None` when the rewritten target is not a valid one.
-    fn path_and_query(&self, parts: &Parts) -> Option<PathAndQuery> {
-        let Some(rewrite) = self.rule.rewrite.as_ref().and_then(|r| r.path.as_ref()) else {
-            return Some(
-                parts
-                    .uri
-                    .path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
-            );
-        };
-        let path = rewrite.apply(parts.uri.path(), self.matched_prefix);
-        let target = match parts.uri.query() {
-            Some(q) => format!("{path}?{q}"),
-            None => path,
-        };
-        PathAndQuery::try_from(target).ok()
-    }
-
     /// Starts the selected mirrors; returns the senders feeding their bodies.
     fn start_mirrors(&self, parts: &Parts, path_and_query: &PathAndQuery) -> Vec<MirrorSender> {
         let mut senders = Vec::new();
-        for mirror in &self.rule.mirrors {
+        for mirror in &self.routed.rule.mirrors {
             if !filters::mirror_selected(mirror.percent, rand::random_range(0..100)) {
                 continue;
             }
@@ -638,11 +721,73 @@ impl Forward<'_> {
             if parts.method == Method::GET || parts.method == Method::HEAD {
                 req.headers_mut().remove(header::CONTENT_LENGTH);
             }
-            spawn_mirror(mirror, upstream, endpoint, req, self.rule.backend_timeout);
+            spawn_mirror(
+                mirror,
+                upstream,
+                endpoint,
+                req,
+                self.routed.rule.backend_timeout,
+            );
             senders.push(MirrorSender { tx, cut });
         }
         senders
     }
+}
+
+/// Request headers as a backend gets them: hop-by-hop fields removed, the rule's header
+/// changes applied, `Host` (the routed authority or the rewrite's hostname),
+/// `X-Forwarded-For` (the peer appended) and `X-Forwarded-Proto`.
+pub(crate) fn prepare_request_headers(
+    h: &mut HeaderMap,
+    rule: &Rule,
+    authority: &HeaderValue,
+    peer_ip: &HeaderValue,
+    upgrade: bool,
+) {
+    strip_hop_by_hop(h, upgrade);
+    if let Some(m) = &rule.request_headers {
+        m.apply(h);
+    }
+    let host = rule
+        .rewrite
+        .as_ref()
+        .and_then(|r| r.hostname.clone())
+        .unwrap_or_else(|| authority.clone());
+    h.insert(header::HOST, host);
+    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) => {
+            let peer_ip = peer_ip.to_str().unwrap_or_default();
+            HeaderValue::try_from(format!("{prev}, {peer_ip}")).ok()
+        }
+        None => Some(peer_ip.clone()),
+    };
+    if let Some(v) = xff {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    let proto = forwarded_proto(h);
+    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+}
+
+/// The upstream path and query: the client's (shared, not copied) unless a URL rewrite
+/// changes the path. `None` when the rewritten target is not a valid one.
+pub(crate) fn upstream_target(
+    rule: &Rule,
+    uri: &http::Uri,
+    matched_prefix: Option<&str>,
+) -> Option<PathAndQuery> {
+    let Some(rewrite) = rule.rewrite.as_ref().and_then(|r| r.path.as_ref()) else {
+        return Some(
+            uri.path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        );
+    };
+    let path = rewrite.apply(uri.path(), matched_prefix);
+    let target = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    PathAndQuery::try_from(target).ok()
 }
 
 fn spawn_mirror(
@@ -696,7 +841,7 @@ fn classify(e: &SendError) -> (BackendErrorReason, StatusCode) {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -29,6 +29,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -379,6 +380,7 @@ impl H1Client {
                     dial,
                     connector: self.connector.clone(),
                     idle: Mutex::new(Vec::new()),
+                    raw_idle: Mutex::new(Vec::new()),
                 })
             })
             .clone()
@@ -391,7 +393,9 @@ impl H1Client {
         pools.retain(|_, pool| {
             let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
             idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE_TIMEOUT);
-            Arc::strong_count(pool) > 1 || !idle.is_empty()
+            let mut raw = pool.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+            raw.retain(|c| c.since.elapsed() < POOL_IDLE_TIMEOUT);
+            Arc::strong_count(pool) > 1 || !idle.is_empty() || !raw.is_empty()
         });
     }
 }
@@ -409,11 +413,18 @@ async fn reap_every_interval(client: Weak<H1Client>) {
     }
 }
 
-/// Idle HTTP/1.1 connections to one endpoint, most recently used last.
+/// Idle HTTP/1.1 connections to one endpoint, most recently used last: hyper's (upgrades,
+/// mirrors) and the fast path's own (see [`crate::h1`]).
 pub struct EndpointPool {
     dial: Uri,
     connector: BackendConnector,
     idle: Mutex<Vec<IdleConn>>,
+    raw_idle: Mutex<Vec<IdleRaw>>,
+}
+
+struct IdleRaw {
+    conn: RawConn,
+    since: Instant,
 }
 
 struct IdleConn {
@@ -510,6 +521,105 @@ impl EndpointPool {
                     _ => return Err(SendError::Http1(e.into_error())),
                 },
             }
+        }
+    }
+}
+
+impl EndpointPool {
+    /// The most recently used idle fast-path connection that is still open and not expired.
+    /// Whether the backend closed it meanwhile is read from the socket's readiness, so the
+    /// common case costs no system call.
+    pub(crate) async fn take_raw(&self) -> Option<RawConn> {
+        loop {
+            let mut idle = {
+                let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+                let c = list.pop()?;
+                if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
+                    list.clear();
+                    return None;
+                }
+                c
+            };
+            let closed = std::future::poll_fn(|cx| Poll::Ready(idle.conn.poll_closed(cx))).await;
+            if !closed {
+                return Some(idle.conn);
+            }
+        }
+    }
+
+    /// Returns a fast-path connection whose exchange is complete.
+    pub(crate) fn put_raw(&self, conn: RawConn) {
+        let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+        list.push(IdleRaw {
+            conn,
+            since: Instant::now(),
+        });
+    }
+
+    /// A new fast-path connection.
+    pub(crate) async fn connect_raw(&self) -> Result<RawConn, ConnectError> {
+        let mut connector = self.connector.clone();
+        Ok(
+            match tower_service::Service::call(&mut connector, self.dial.clone()).await? {
+                Conn::Plain(io) => RawConn::Plain(io.into_inner()),
+                Conn::Tls(io) => RawConn::Tls(Box::new((*io).into_inner())),
+            },
+        )
+    }
+}
+
+/// A backend connection the HTTP/1 fast path reads and writes itself.
+pub enum RawConn {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl RawConn {
+    /// Whether an idle connection was closed by the backend, or sent bytes nobody asked for.
+    /// Pending (nothing to read) means it is fine.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut byte);
+        Pin::new(self).poll_read(cx, &mut buf).is_ready()
+    }
+}
+
+impl AsyncRead for RawConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RawConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -700,6 +810,13 @@ pub struct Endpoint {
     authority: Authority,
     /// The idle list of HTTP/1 backends.
     pool: Option<Arc<EndpointPool>>,
+}
+
+impl Endpoint {
+    /// The idle lists of an HTTP/1 backend's endpoint.
+    pub(crate) fn pool(&self) -> Option<&Arc<EndpointPool>> {
+        self.pool.as_ref()
+    }
 }
 
 impl std::fmt::Display for Endpoint {

@@ -5,6 +5,7 @@ mod admin;
 mod common;
 mod data_plane;
 mod drain;
+mod fast_path;
 mod grpc;
 mod hostile;
 mod tls;

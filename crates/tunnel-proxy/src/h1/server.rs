@@ -1,0 +1,197 @@
+//! The client side of the fast path: the loop of one connection, reading request heads and
+//! small bodies, answering locally or forwarding (see [`super::exchange`]), or handing the
+//! connection to hyper.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderValue;
+use http::header;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::codec::{self, Framing, RequestHead};
+use super::exchange::{self, Buffers};
+use crate::config::BackendProtocol;
+use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, Local};
+use crate::state::State;
+
+/// Heads longer than this are left to hyper (whose limit is higher).
+const MAX_FAST_HEAD: usize = 16 * 1024;
+const READ_CHUNK: usize = 8 * 1024;
+
+/// What one connection keeps between requests.
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    peer_ip: HeaderValue,
+    state: Arc<State>,
+    stop: watch::Receiver<bool>,
+    /// Bytes read from the client and not yet used.
+    input: BytesMut,
+    bufs: Buffers,
+}
+
+/// Serves one client connection until it closes, `stop` is raised between requests, or
+/// hyper takes it over.
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<State>,
+    hyper: Arc<HyperServer>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut conn = Conn {
+        stream,
+        peer,
+        peer_ip: proxy::peer_ip(peer),
+        state,
+        stop,
+        input: BytesMut::with_capacity(READ_CHUNK),
+        bufs: Buffers::default(),
+    };
+    let head_timer = tokio::time::sleep(HEADER_READ_TIMEOUT);
+    tokio::pin!(head_timer);
+    loop {
+        let deadline = Instant::now() + HEADER_READ_TIMEOUT;
+        let req = loop {
+            match codec::parse_request(&mut conn.input) {
+                RequestHead::Complete(req) => break req,
+                RequestHead::Declined(why) => {
+                    debug!(peer = %conn.peer, why, "hyper takes over the connection");
+                    return hand_over(conn, Bytes::new(), &hyper).await;
+                }
+                RequestHead::Partial if conn.input.len() >= MAX_FAST_HEAD => {
+                    debug!(peer = %conn.peer, "long request head: hyper takes over the connection");
+                    return hand_over(conn, Bytes::new(), &hyper).await;
+                }
+                RequestHead::Partial => {}
+            }
+            let idle = conn.input.is_empty();
+            if idle && *conn.stop.borrow() {
+                return;
+            }
+            conn.input.reserve(READ_CHUNK);
+            tokio::select! {
+                biased;
+                read = conn.stream.read_buf(&mut conn.input) => match read {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) => {
+                        debug!(peer = %conn.peer, error = %e, "client connection failed");
+                        return;
+                    }
+                },
+                () = &mut head_timer => {
+                    // One timer per connection, moved only when it fires early: a request
+                    // head costs no timer operation.
+                    if Instant::now() >= deadline {
+                        debug!(peer = %conn.peer, "no complete request head within {HEADER_READ_TIMEOUT:?}; closing");
+                        return;
+                    }
+                    head_timer.as_mut().reset(deadline);
+                }
+                _ = conn.stop.changed(), if idle => return,
+            }
+        };
+        let body = match req.content_length {
+            Some(n) if n > 0 => match read_body(&mut conn, n as usize).await {
+                Some(body) => body,
+                None => return,
+            },
+            _ => Bytes::new(),
+        };
+        let table = conn.state.table();
+        let mut host = conn.state.metrics().unmatched().clone();
+        let decision = proxy::decide(conn.peer, &req.parts, table.as_deref(), &mut host);
+        if let Decision::Forward(routed) = &decision
+            && !(routed.upstream.protocol == BackendProtocol::Http1
+                && routed.rule.mirrors.is_empty())
+        {
+            drop(decision);
+            drop(table);
+            let mut prefix = BytesMut::with_capacity(req.head.len() + body.len());
+            prefix.extend_from_slice(&req.head);
+            prefix.extend_from_slice(&body);
+            drop(req);
+            return hand_over(conn, prefix.freeze(), &hyper).await;
+        }
+        let done = Completion::begin(&conn.state, host);
+        let keep = match decision {
+            Decision::Respond(answer) => respond(&mut conn, answer, req.close, done).await,
+            Decision::Forward(routed) => {
+                let client = exchange::Client {
+                    stream: &mut conn.stream,
+                    peer_ip: &conn.peer_ip,
+                    stop: &conn.stop,
+                    close: req.close,
+                };
+                exchange::forward(
+                    client,
+                    req.parts,
+                    req.content_length,
+                    body,
+                    &routed,
+                    done,
+                    &mut conn.bufs,
+                )
+                .await
+            }
+        };
+        if !keep {
+            let _ = conn.stream.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// Reads the rest of a `len`-byte request body. `None` when the client went away.
+async fn read_body(conn: &mut Conn, len: usize) -> Option<Bytes> {
+    while conn.input.len() < len {
+        conn.input.reserve(len - conn.input.len());
+        match conn.stream.read_buf(&mut conn.input).await {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => {
+                debug!(peer = %conn.peer, error = %e, "client connection failed");
+                return None;
+            }
+        }
+    }
+    Some(conn.input.split_to(len).freeze())
+}
+
+/// Writes a local answer; whether the connection stays open.
+async fn respond(conn: &mut Conn, mut answer: Local, close: bool, done: Completion) -> bool {
+    done.host.response(answer.status);
+    let close = close || answer.headers.remove(header::CONNECTION).is_some() || *conn.stop.borrow();
+    let out = &mut conn.bufs.out;
+    out.clear();
+    codec::write_response_head(
+        out,
+        answer.status,
+        &answer.headers,
+        Framing::Length(answer.body.len() as u64),
+        close,
+    );
+    out.extend_from_slice(answer.body.as_bytes());
+    conn.stream.write_all(out).await.is_ok() && !close
+}
+
+/// Lets hyper serve the rest of the connection: `prefix` (a declined request's head and
+/// body), then whatever was read after it, then the socket.
+async fn hand_over(conn: Conn, prefix: Bytes, hyper: &HyperServer) {
+    let prefix = if prefix.is_empty() {
+        conn.input.freeze()
+    } else {
+        let mut all = BytesMut::with_capacity(prefix.len() + conn.input.len());
+        all.extend_from_slice(&prefix);
+        all.extend_from_slice(&conn.input);
+        all.freeze()
+    };
+    proxy::serve_with_hyper(conn.stream, prefix, conn.peer, conn.state, hyper, conn.stop).await;
+}

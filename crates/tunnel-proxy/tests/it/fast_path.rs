@@ -1,0 +1,246 @@
+//! The HTTP/1.1 fast path against real clients and backends: keep-alive and pipelining,
+//! every response framing, backends that close or break connections, and requests it hands
+//! to hyper in the middle of a connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::common::*;
+
+/// A backend written against the socket, answering by path:
+/// - `/chunked`: a chunked body with a trailer;
+/// - `/until-close`: a body delimited by closing the connection;
+/// - `/broken`: announces 100 bytes, sends 5, closes;
+/// - `/once`: a normal answer, then the connection is closed without saying so;
+/// - anything else: `ok` with a Content-Length, keep-alive.
+struct RawBackend {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+}
+
+impl RawBackend {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let Some(end) = find(&buf, b"\r\n\r\n") else {
+                            let mut chunk = [0u8; 4096];
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                        let (answer, close): (&[u8], bool) = match path.as_str() {
+                            "/chunked" => (
+                                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+                                false,
+                            ),
+                            "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close", true),
+                            "/broken" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", true),
+                            "/once" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true),
+                            _ => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false),
+                        };
+                        if s.write_all(answer).await.is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, connections }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn proxy_to(endpoint: &str, host: &str) -> Proxy {
+    Proxy::with_config(doc(
+        1,
+        vec![http_route(
+            "ns/r",
+            &[host],
+            json!([{ "backends": [backend("ns/b:80", endpoint)] }]),
+        )],
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn pipelined_requests_on_one_connection_are_answered_in_order() {
+    let b = Backend::start("echo").await;
+    let p = proxy_to(&b.endpoint(), "pipe.example.com").await;
+    let resp = raw(
+        p.data,
+        b"GET /1 HTTP/1.1\r\nHost: pipe.example.com\r\n\r\n\
+          POST /2 HTTP/1.1\r\nHost: pipe.example.com\r\nContent-Length: 5\r\n\r\nhello\
+          GET /3 HTTP/1.1\r\nHost: pipe.example.com\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(resp.matches("HTTP/1.1 200 OK").count(), 3, "{resp}");
+    let at = |s: &str| {
+        resp.find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {resp}"))
+    };
+    assert!(at(r#""target":"/1""#) < at(r#""target":"/2""#));
+    assert!(at(r#""target":"/2""#) < at(r#""target":"/3""#));
+    assert!(resp.contains(r#""bodyLen":5"#), "{resp}");
+    assert!(
+        resp.contains("connection: close"),
+        "the last answer must say it closes: {resp}"
+    );
+    assert_eq!(b.hits(), 3);
+}
+
+#[tokio::test]
+async fn requests_hyper_serves_and_fast_ones_share_a_connection() {
+    let b = Backend::start("echo").await;
+    let p = proxy_to(&b.endpoint(), "mixed.example.com").await;
+    let big = "x".repeat(70_000);
+    let mut input = Vec::new();
+    input.extend_from_slice(b"GET /fast HTTP/1.1\r\nHost: mixed.example.com\r\n\r\n");
+    // chunked: declined by the fast path, served by hyper from here on
+    input.extend_from_slice(
+        b"POST /chunked HTTP/1.1\r\nHost: mixed.example.com\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    );
+    input.extend_from_slice(
+        format!(
+            "POST /big HTTP/1.1\r\nHost: mixed.example.com\r\nContent-Length: {}\r\n\r\n{big}",
+            big.len()
+        )
+        .as_bytes(),
+    );
+    input.extend_from_slice(
+        b"GET /last HTTP/1.1\r\nHost: mixed.example.com\r\nConnection: close\r\n\r\n",
+    );
+    let resp = raw(p.data, &input).await;
+    assert_eq!(resp.matches("HTTP/1.1 200 OK").count(), 4, "{resp}");
+    for part in [
+        r#""target":"/fast""#,
+        r#""bodyLen":3"#,
+        r#""bodyLen":70000"#,
+        r#""target":"/last""#,
+    ] {
+        assert!(resp.contains(part), "{part} missing: {resp}");
+    }
+
+    // A body over the fast path's limit on a fresh connection goes through hyper too.
+    let resp = p
+        .send(
+            Request::post("/big")
+                .header("host", "mixed.example.com")
+                .body(full(big.clone()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(body_json(resp).await["bodyLen"], 70_000);
+}
+
+#[tokio::test]
+async fn chunked_and_close_delimited_answers_reach_the_client_whole() {
+    let b = RawBackend::start().await;
+    let p = proxy_to(&b.addr.to_string(), "framing.example.com").await;
+    let client = http1_client();
+    let get = |path: &str, method: Method| {
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", p.data))
+            .header("host", "framing.example.com")
+            .body(full(""))
+            .unwrap();
+        client.request(req)
+    };
+    let resp = get("/chunked", Method::GET).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let collected = resp.into_body().collect().await.unwrap();
+    assert_eq!(
+        collected
+            .trailers()
+            .and_then(|t| t.get("x-t"))
+            .map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "trailers pass through"
+    );
+    assert_eq!(collected.to_bytes(), "hello world");
+    let resp = get("/until-close", Method::GET).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(body_string(resp).await, "until close");
+    let resp = get("/", Method::HEAD).await.unwrap();
+    assert_eq!(resp.headers()["content-length"], "2");
+    assert_eq!(body_string(resp).await, "");
+    // The chunked answer's connection was reused by the HEAD; the close-delimited one not.
+    assert_eq!(b.connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_backend_closing_idle_connections_silently_costs_clients_nothing() {
+    let b = RawBackend::start().await;
+    let p = proxy_to(&b.addr.to_string(), "once.example.com").await;
+    let client = http1_client();
+    for (i, method) in [
+        Method::GET,
+        Method::POST,
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let req = Request::builder()
+            .method(method.clone())
+            .uri(format!("http://{}/once", p.data))
+            .header("host", "once.example.com")
+            .body(full("x"))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "request {i} ({method})");
+        assert_eq!(body_string(resp).await, "ok");
+        // Time for the backend's close to reach the proxy's idle connection.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(b.connections.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn a_body_broken_off_closes_the_client_connection_and_is_counted() {
+    let b = RawBackend::start().await;
+    let p = proxy_to(&b.addr.to_string(), "broken.example.com").await;
+    let resp = raw(
+        p.data,
+        b"GET /broken HTTP/1.1\r\nHost: broken.example.com\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+    assert!(
+        resp.ends_with("\r\n\r\nshort"),
+        "the client gets what came, then the connection closes: {resp}"
+    );
+    let (_, metrics) = p.admin_get("/metrics").await;
+    let line =
+        r#"cftunnel_proxy_backend_errors_total{hostname="broken.example.com",reason="protocol"} 1"#;
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "missing {line}\n{metrics}"
+    );
+}
