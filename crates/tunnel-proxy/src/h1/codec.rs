@@ -3,6 +3,8 @@
 //! response heads written, a response head parsed with its framing, and chunked framing
 //! followed byte by byte so a chunked body can be passed through unchanged.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
@@ -12,6 +14,13 @@ pub const MAX_HEADERS: usize = 100;
 /// Request bodies up to this size are read whole and sent with the head; larger ones (and
 /// chunked ones) are left to hyper, which streams them.
 pub const MAX_FAST_BODY: u64 = 64 * 1024;
+
+/// Where each field of a head lies in it (name start and length, value start and length),
+/// kept by the connection so parsing allocates nothing once it has grown.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    fields: Vec<(usize, usize, usize, usize)>,
+}
 
 /// What the start of the buffer holds.
 // Returned once per request and taken apart at once: boxing would cost an allocation.
@@ -40,10 +49,10 @@ pub struct Request {
 
 /// Parses the request head at the start of `buf`. On `Complete` the head's bytes are split
 /// off `buf`.
-pub fn parse_request(buf: &mut BytesMut) -> RequestHead {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut slots);
-    let head_len = match req.parse(buf) {
+pub fn parse_request(buf: &mut BytesMut, scratch: &mut Scratch) -> RequestHead {
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return RequestHead::Partial,
         Err(_) => return RequestHead::Declined("malformed head"),
@@ -62,10 +71,11 @@ pub fn parse_request(buf: &mut BytesMut) -> RequestHead {
     }
     let base = buf.as_ptr() as usize;
     let target = span(base, target.as_bytes());
-    let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let fields = &mut scratch.fields;
+    fields.clear();
     let mut content_length = None;
     let mut close = false;
-    for (slot, h) in fields.iter_mut().zip(req.headers.iter()) {
+    for h in req.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
             if content_length.is_some() {
@@ -94,11 +104,10 @@ pub fn parse_request(buf: &mut BytesMut) -> RequestHead {
         }
         let (ns, nl) = span(base, name);
         let (vs, vl) = span(base, h.value);
-        *slot = (ns, nl, vs, vl);
+        fields.push((ns, nl, vs, vl));
     }
-    let count = req.headers.len();
     let head = buf.split_to(head_len).freeze();
-    let Some((uri, headers)) = request_parts(&head, target, &fields[..count]) else {
+    let Some((uri, headers)) = request_parts(&head, target, fields) else {
         restore(buf, head);
         return RequestHead::Declined("request target or field hyper may read differently");
     };
@@ -122,7 +131,8 @@ fn request_parts(
     fields: &[(usize, usize, usize, usize)],
 ) -> Option<(Uri, HeaderMap)> {
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1)).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    // Room for the forwarding fields the proxy adds.
+    let mut headers = HeaderMap::with_capacity(fields.len() + 3);
     for &(ns, nl, vs, vl) in fields {
         let name = HeaderName::from_bytes(&head[ns..ns + nl]).ok()?;
         let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)).ok()?;
@@ -238,10 +248,12 @@ pub enum ResponseHead {
 
 /// Parses the response head at the start of `buf` to a request with `method`. On `Complete`
 /// the head's bytes are split off `buf`.
-pub fn parse_response(buf: &mut BytesMut, method: &Method) -> ResponseHead {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
-    let head_len = match resp.parse(buf) {
+pub fn parse_response(buf: &mut BytesMut, method: &Method, scratch: &mut Scratch) -> ResponseHead {
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return ResponseHead::Partial,
         Err(_) => return ResponseHead::Invalid("malformed response head"),
@@ -259,8 +271,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> ResponseHead {
     let mut length = None;
     let mut chunked = None;
     let base = buf.as_ptr() as usize;
-    let mut fields = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-    for (slot, h) in fields.iter_mut().zip(resp.headers.iter()) {
+    let fields = &mut scratch.fields;
+    fields.clear();
+    for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
             let Some(n) = h
@@ -294,9 +307,8 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> ResponseHead {
         }
         let (ns, nl) = span(base, name);
         let (vs, vl) = span(base, h.value);
-        *slot = (ns, nl, vs, vl);
+        fields.push((ns, nl, vs, vl));
     }
-    let count = resp.headers.len();
     let framing = if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
@@ -321,8 +333,8 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> ResponseHead {
         keep_alive = false;
     }
     let head = buf.split_to(head_len).freeze();
-    let mut headers = HeaderMap::with_capacity(count);
-    for &(ns, nl, vs, vl) in &fields[..count] {
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for &(ns, nl, vs, vl) in fields.iter() {
         let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(&head[ns..ns + nl]),
             HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)),

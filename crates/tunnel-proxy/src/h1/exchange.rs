@@ -35,6 +35,7 @@ pub(super) struct Buffers {
     pub out: Vec<u8>,
     /// Bytes read from the backend.
     backend: BytesMut,
+    pub scratch: codec::Scratch,
 }
 
 /// The client connection's side of an exchange.
@@ -93,7 +94,13 @@ pub(super) async fn forward(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let sent = send(pool, out, &parts.method, &mut bufs.backend);
+    let sent = send(
+        pool,
+        out,
+        &parts.method,
+        &mut bufs.backend,
+        &mut bufs.scratch,
+    );
     let result = match deadline {
         Some(d) => tokio::time::timeout(d, sent)
             .await
@@ -213,6 +220,7 @@ async fn send(
     request: &[u8],
     method: &Method,
     buf: &mut BytesMut,
+    scratch: &mut codec::Scratch,
 ) -> Result<(RawConn, codec::Response), Failure> {
     let idempotent = matches!(
         *method,
@@ -236,7 +244,7 @@ async fn send(
             }
             return Err(Failure::Protocol(format!("writing the request: {e}")));
         }
-        match read_head(&mut conn, buf, method).await {
+        match read_head(&mut conn, buf, method, scratch).await {
             Ok(resp) => return Ok((conn, resp)),
             Err(HeadError::NothingBack(_)) if reused && idempotent => {
                 debug!("an idle backend connection closed under the request; sending it again");
@@ -262,11 +270,12 @@ async fn read_head(
     conn: &mut RawConn,
     buf: &mut BytesMut,
     method: &Method,
+    scratch: &mut codec::Scratch,
 ) -> Result<codec::Response, HeadError> {
     let mut received = false;
     loop {
         if !buf.is_empty() {
-            match codec::parse_response(buf, method) {
+            match codec::parse_response(buf, method, scratch) {
                 ResponseHead::Complete(resp) => return Ok(resp),
                 ResponseHead::Interim(len) => {
                     buf.advance(len);
@@ -300,27 +309,26 @@ enum Broken {
     Backend(String),
 }
 
-/// Writes the head in `out` and the body after it. `Ok(Some(conn))`: the backend connection
+/// Writes the response head and the body after it. `Ok(Some(conn))`: the backend connection
 /// can carry another request.
 async fn stream_body(
     client: &mut TcpStream,
     mut backend: RawConn,
     framing: Framing,
     keep_alive: bool,
-    out: &mut Vec<u8>,
+    head: &[u8],
     buf: &mut BytesMut,
 ) -> Result<Option<RawConn>, Broken> {
     match framing {
         Framing::Empty => {
-            client.write_all(out).await.map_err(Broken::Client)?;
+            client.write_all(head).await.map_err(Broken::Client)?;
         }
         Framing::Length(len) => {
             let mut left = len;
             let first = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            out.extend_from_slice(&buf[..first]);
+            write_two(client, head, &buf[..first]).await?;
             buf.advance(first);
             left -= first as u64;
-            client.write_all(out).await.map_err(Broken::Client)?;
             while left > 0 {
                 read_more(&mut backend, buf).await?;
                 let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
@@ -335,9 +343,8 @@ async fn stream_body(
                 .feed(buf)
                 .map_err(|e| Broken::Backend(e.to_string()))?;
             let n = end.unwrap_or(buf.len());
-            out.extend_from_slice(&buf[..n]);
+            write_two(client, head, &buf[..n]).await?;
             buf.advance(n);
-            client.write_all(out).await.map_err(Broken::Client)?;
             while end.is_none() {
                 read_more(&mut backend, buf).await?;
                 end = chunked
@@ -349,9 +356,8 @@ async fn stream_body(
             }
         }
         Framing::UntilClose => {
-            out.extend_from_slice(buf);
+            write_two(client, head, buf).await?;
             buf.clear();
-            client.write_all(out).await.map_err(Broken::Client)?;
             loop {
                 buf.reserve(STREAM_CHUNK);
                 match backend.read_buf(buf).await {
@@ -367,6 +373,16 @@ async fn stream_body(
     }
     // Bytes beyond the response: the backend is out of step, do not reuse it.
     Ok((keep_alive && buf.is_empty()).then_some(backend))
+}
+
+/// Writes the head and the first part of the body with one system call where the socket
+/// takes them, without copying the body.
+async fn write_two(client: &mut TcpStream, head: &[u8], body: &[u8]) -> Result<(), Broken> {
+    let mut both = Buf::chain(head, body);
+    client
+        .write_all_buf(&mut both)
+        .await
+        .map_err(Broken::Client)
 }
 
 async fn read_more(backend: &mut RawConn, buf: &mut BytesMut) -> Result<(), Broken> {

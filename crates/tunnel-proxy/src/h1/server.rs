@@ -59,7 +59,7 @@ pub(crate) async fn serve_connection(
     loop {
         let deadline = Instant::now() + HEADER_READ_TIMEOUT;
         let req = loop {
-            match codec::parse_request(&mut conn.input) {
+            match codec::parse_request(&mut conn.input, &mut conn.bufs.scratch) {
                 RequestHead::Complete(req) => break req,
                 RequestHead::Declined(why) => {
                     debug!(peer = %conn.peer, why, "hyper takes over the connection");

@@ -15,7 +15,7 @@ fn complete(r: RequestHead) -> Request {
 fn a_request_head_is_parsed_and_split_off_leaving_pipelined_bytes() {
     let mut b =
         buf(b"GET /a/b?x=1 HTTP/1.1\r\nHost: Example.com\r\nX-Two: 1\r\nx-two: 2\r\n\r\nGET /next");
-    let req = complete(parse_request(&mut b));
+    let req = complete(parse_request(&mut b, &mut Scratch::default()));
     assert_eq!(req.parts.method, Method::GET);
     assert_eq!(req.parts.uri, "/a/b?x=1");
     assert_eq!(req.parts.version, Version::HTTP_11);
@@ -26,13 +26,16 @@ fn a_request_head_is_parsed_and_split_off_leaving_pipelined_bytes() {
     assert!(!req.close);
     assert!(req.head.starts_with(b"GET /a/b?x=1") && req.head.ends_with(b"\r\n\r\n"));
     assert_eq!(&b[..], b"GET /next");
-    assert!(matches!(parse_request(&mut b), RequestHead::Partial));
+    assert!(matches!(
+        parse_request(&mut b, &mut Scratch::default()),
+        RequestHead::Partial
+    ));
 }
 
 #[test]
 fn content_length_and_connection_close_are_read() {
     let mut b = buf(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nConnection: keep-alive, Close\r\n\r\nhello");
-    let req = complete(parse_request(&mut b));
+    let req = complete(parse_request(&mut b, &mut Scratch::default()));
     assert_eq!(req.content_length, Some(5));
     assert!(req.close);
     assert_eq!(&b[..], b"hello");
@@ -59,7 +62,7 @@ fn what_the_fast_path_does_not_handle_is_declined_and_left_in_the_buffer() {
     ];
     for &case in cases {
         let mut b = buf(case);
-        let got = parse_request(&mut b);
+        let got = parse_request(&mut b, &mut Scratch::default());
         assert!(
             matches!(got, RequestHead::Declined(_)),
             "{:?} -> {got:?}",
@@ -72,7 +75,10 @@ fn what_the_fast_path_does_not_handle_is_declined_and_left_in_the_buffer() {
 #[test]
 fn a_body_up_to_the_limit_stays_on_the_fast_path() {
     let head = format!("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: {MAX_FAST_BODY}\r\n\r\n");
-    let req = complete(parse_request(&mut buf(head.as_bytes())));
+    let req = complete(parse_request(
+        &mut buf(head.as_bytes()),
+        &mut Scratch::default(),
+    ));
     assert_eq!(req.content_length, Some(MAX_FAST_BODY));
 }
 
@@ -96,7 +102,7 @@ fn a_request_head_is_written_with_the_stated_length_only() {
 
 fn response(raw: &[u8], method: &Method) -> (Response, BytesMut) {
     let mut b = buf(raw);
-    match parse_response(&mut b, method) {
+    match parse_response(&mut b, method, &mut Scratch::default()) {
         ResponseHead::Complete(r) => (r, b),
         other => panic!("{:?} -> {other:?}", String::from_utf8_lossy(raw)),
     }
@@ -153,7 +159,7 @@ fn response_framing_follows_rfc_9112() {
 fn interim_and_invalid_responses() {
     let mut b = buf(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n");
     assert!(matches!(
-        parse_response(&mut b, &Method::GET),
+        parse_response(&mut b, &Method::GET, &mut Scratch::default()),
         ResponseHead::Interim(25)
     ));
     for raw in [
@@ -164,7 +170,7 @@ fn interim_and_invalid_responses() {
         b"HTTP/1.1 999x OK\r\n\r\n",
         b"SSH-2.0-OpenSSH\r\n\r\n",
     ] {
-        let got = parse_response(&mut buf(raw), &Method::GET);
+        let got = parse_response(&mut buf(raw), &Method::GET, &mut Scratch::default());
         assert!(
             matches!(got, ResponseHead::Invalid(_)),
             "{:?} -> {got:?}",
@@ -172,7 +178,11 @@ fn interim_and_invalid_responses() {
         );
     }
     assert!(matches!(
-        parse_response(&mut buf(b"HTTP/1.1 200 OK\r\nConte"), &Method::GET),
+        parse_response(
+            &mut buf(b"HTTP/1.1 200 OK\r\nConte"),
+            &Method::GET,
+            &mut Scratch::default()
+        ),
         ResponseHead::Partial
     ));
 }
