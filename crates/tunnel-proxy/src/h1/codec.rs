@@ -225,14 +225,81 @@ pub enum Framing {
     UntilClose,
 }
 
-/// A parsed response head.
+/// A parsed response head. Its fields stay as received (their offsets are in the
+/// [`Scratch`] that parsed it) until a filter needs them as a map.
 #[derive(Debug)]
 pub struct Response {
     pub status: StatusCode,
-    pub headers: HeaderMap,
     pub framing: Framing,
     /// The connection can carry another request once the body is read.
     pub keep_alive: bool,
+    head: Bytes,
+}
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1), never passed on.
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 9] = [
+        b"connection",
+        b"te",
+        b"transfer-encoding",
+        b"trailer",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"keep-alive",
+        b"proxy-connection",
+        b"upgrade",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+impl Response {
+    /// The fields as a map (for response header filters). `None` when one is not a field
+    /// `http` accepts.
+    pub fn header_map(&self, scratch: &Scratch) -> Option<HeaderMap> {
+        let head = &self.head;
+        let mut headers = HeaderMap::with_capacity(scratch.fields.len());
+        for &(ns, nl, vs, vl) in &scratch.fields {
+            let name = HeaderName::from_bytes(&head[ns..ns + nl]).ok()?;
+            let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)).ok()?;
+            headers.append(name, value);
+        }
+        Some(headers)
+    }
+
+    /// Writes the head for the client from the backend's own bytes: hop-by-hop fields and the
+    /// ones `Connection` lists are dropped, the framing is stated as [`write_response_head`]
+    /// does.
+    pub fn write_forwarded_head(&self, scratch: &Scratch, out: &mut Vec<u8>, close: bool) {
+        let head = &self.head[..];
+        let field = |&(ns, nl, vs, vl): &(usize, usize, usize, usize)| {
+            (&head[ns..ns + nl], &head[vs..vs + vl])
+        };
+        let listed: Vec<&[u8]> = scratch
+            .fields
+            .iter()
+            .map(field)
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .collect();
+        write_status_line(out, self.status);
+        write_framing(out, self.framing, None);
+        for (name, value) in scratch.fields.iter().map(field) {
+            let framing_field =
+                self.framing != Framing::Empty && name.eq_ignore_ascii_case(b"content-length");
+            if framing_field
+                || is_hop_by_hop(name)
+                || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
+            {
+                continue;
+            }
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        write_close(out, self.framing, close);
+    }
 }
 
 /// What the start of a backend's buffer holds.
@@ -333,19 +400,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method, scratch: &mut Scratch
         keep_alive = false;
     }
     let head = buf.split_to(head_len).freeze();
-    let mut headers = HeaderMap::with_capacity(fields.len());
-    for &(ns, nl, vs, vl) in fields.iter() {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(&head[ns..ns + nl]),
-            HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)),
-        ) else {
-            return ResponseHead::Invalid("invalid header field");
-        };
-        headers.append(name, value);
-    }
     ResponseHead::Complete(Response {
         status,
-        headers,
+        head,
         framing,
         keep_alive,
     })
@@ -361,14 +418,26 @@ pub fn write_response_head(
     framing: Framing,
     close: bool,
 ) {
+    write_status_line(out, status);
+    write_framing(out, framing, headers.get(header::CONTENT_LENGTH));
+    write_fields(out, headers);
+    write_close(out, framing, close);
+}
+
+fn write_status_line(out: &mut Vec<u8>, status: StatusCode) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The framing field; for [`Framing::Empty`], `empty_length` (the length of what a HEAD or
+/// 304 stands for) when given.
+fn write_framing(out: &mut Vec<u8>, framing: Framing, empty_length: Option<&HeaderValue>) {
     match framing {
         Framing::Empty => {
-            if let Some(v) = headers.get(header::CONTENT_LENGTH) {
+            if let Some(v) = empty_length {
                 out.extend_from_slice(b"content-length: ");
                 out.extend_from_slice(v.as_bytes());
                 out.extend_from_slice(b"\r\n");
@@ -378,7 +447,9 @@ pub fn write_response_head(
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::UntilClose => {}
     }
-    write_fields(out, headers);
+}
+
+fn write_close(out: &mut Vec<u8>, framing: Framing, close: bool) {
     if close || framing == Framing::UntilClose {
         out.extend_from_slice(b"connection: close\r\n");
     }

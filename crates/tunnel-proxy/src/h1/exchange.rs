@@ -107,7 +107,7 @@ pub(super) async fn forward(
             .unwrap_or(Err(Failure::Timeout(d))),
         None => sent.await,
     };
-    let (backend, mut resp) = match result {
+    let (backend, resp) = match result {
         Ok(answer) => answer,
         Err(failure) => {
             let (reason, status, body) = match &failure {
@@ -148,15 +148,34 @@ pub(super) async fn forward(
             return answer_locally(client, answer, routed, done, bufs).await;
         }
     };
-    proxy::strip_hop_by_hop(&mut resp.headers, false);
-    if let Some(modifier) = &rule.response_headers {
-        modifier.apply(&mut resp.headers);
-    }
+    // Most rules change no response field: the backend's head is then copied, not parsed
+    // into a map.
+    let modified = match &rule.response_headers {
+        None => None,
+        Some(modifier) => match resp.header_map(&bufs.scratch) {
+            Some(mut headers) => {
+                proxy::strip_hop_by_hop(&mut headers, false);
+                modifier.apply(&mut headers);
+                Some(headers)
+            }
+            None => {
+                warn!(route = %rule.route, backend = %routed.backend.name, %endpoint,
+                    reason = "protocol", "backend response has a field that cannot be represented");
+                done.host.backend_error(BackendErrorReason::Protocol);
+                bufs.backend.clear();
+                let answer = proxy::local(StatusCode::BAD_GATEWAY, "backend unavailable\n");
+                return answer_locally(client, answer, routed, done, bufs).await;
+            }
+        },
+    };
     done.host.response(resp.status);
     let close = client.close || *client.stop.borrow() || resp.framing == Framing::UntilClose;
     let out = &mut bufs.out;
     out.clear();
-    codec::write_response_head(out, resp.status, &resp.headers, resp.framing, close);
+    match &modified {
+        None => resp.write_forwarded_head(&bufs.scratch, out, close),
+        Some(headers) => codec::write_response_head(out, resp.status, headers, resp.framing, close),
+    }
     let streamed = stream_body(
         client.stream,
         backend,

@@ -265,3 +265,34 @@ fn broken_chunked_framing_is_an_error() {
         );
     }
 }
+
+#[test]
+fn a_forwarded_head_drops_hop_by_hop_fields_and_states_its_own_framing() {
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: x-drop, Keep-Alive\r\nX-Drop: 1\r\nKeep-Alive: timeout=5\r\nTrailer: x\r\nX-Keep: a b\r\nProxy-Authenticate: Basic\r\n\r\n";
+    let mut scratch = Scratch::default();
+    let mut b = buf(raw);
+    let ResponseHead::Complete(r) = parse_response(&mut b, &Method::GET, &mut scratch) else {
+        panic!("incomplete");
+    };
+    let mut out = Vec::new();
+    r.write_forwarded_head(&scratch, &mut out, false);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nX-Keep: a b\r\n\r\n"
+    );
+    let map = r.header_map(&scratch).unwrap();
+    assert_eq!(map["x-keep"], "a b");
+    assert_eq!(map.len(), 7);
+
+    let mut b = buf(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\nETag: \"e\"\r\n\r\n");
+    let ResponseHead::Complete(r) = parse_response(&mut b, &Method::GET, &mut scratch) else {
+        panic!("incomplete");
+    };
+    let mut out = Vec::new();
+    r.write_forwarded_head(&scratch, &mut out, true);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\nETag: \"e\"\r\nconnection: close\r\n\r\n",
+        "a 304 keeps the length of what it stands for"
+    );
+}
