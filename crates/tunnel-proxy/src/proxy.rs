@@ -30,7 +30,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::compile::{Action, Backend, Mirror, RouteTable, Rule, Target};
@@ -80,6 +81,51 @@ fn hyper_server() -> HyperServer {
     builder
 }
 
+/// Raised once, when the server stops accepting: connections finish the request in flight
+/// and close. Each connection also holds a `live` token, so the server knows when all are
+/// gone.
+pub(crate) struct Stop {
+    raised: AtomicBool,
+    notify: Notify,
+    live: watch::Receiver<()>,
+}
+
+impl Stop {
+    pub(crate) fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the signal is raised. Created before checking [`Stop::is_raised`], it
+    /// also resolves for a signal in between (`notify_waiters` reaches every `Notified`
+    /// created before it, polled or not).
+    pub(crate) fn raised(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// A connection's handle: shares the signal, and counts as live while it exists.
+    pub(crate) fn handle(self: &Arc<Self>) -> StopHandle {
+        StopHandle {
+            stop: self.clone(),
+            _live: self.live.clone(),
+        }
+    }
+}
+
+/// What a connection holds of the [`Stop`] signal.
+#[derive(Clone)]
+pub(crate) struct StopHandle {
+    stop: Arc<Stop>,
+    _live: watch::Receiver<()>,
+}
+
+impl std::ops::Deref for StopHandle {
+    type Target = Stop;
+
+    fn deref(&self) -> &Stop {
+        &self.stop
+    }
+}
+
 /// How long a client may take to send a request head (slowloris protection).
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -92,7 +138,12 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// streamed or chunked request bodies, backends over HTTP/2, mirrors, malformed requests).
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {
     let hyper = Arc::new(hyper_server());
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (live_tx, live) = watch::channel(());
+    let stop = Arc::new(Stop {
+        raised: AtomicBool::new(false),
+        notify: Notify::new(),
+        live,
+    });
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -115,17 +166,19 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Futu
             peer,
             state.clone(),
             hyper.clone(),
-            stop_rx.clone(),
+            stop.handle(),
         ));
     }
     drop(listener);
-    drop(stop_rx);
+    stop.raised.store(true, Ordering::Release);
+    stop.notify.notify_waiters();
+    // The server's own receiver is the one in `stop`.
     info!(
-        connections = stop_tx.receiver_count(),
+        connections = live_tx.receiver_count() - 1,
         "stopped accepting; finishing in-flight requests"
     );
-    let _ = stop_tx.send(true);
-    stop_tx.closed().await;
+    drop(stop);
+    live_tx.closed().await;
 }
 
 /// Serves the rest of a connection with hyper, starting with `prefix` (bytes the fast path
@@ -136,7 +189,7 @@ pub(crate) async fn serve_with_hyper(
     peer: SocketAddr,
     state: Arc<State>,
     hyper: &HyperServer,
-    mut stop: watch::Receiver<bool>,
+    stop: StopHandle,
 ) {
     let conflicting_length = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(Sniffed::new(
@@ -152,7 +205,9 @@ pub(crate) async fn serve_with_hyper(
     let service = service_fn(move |req| handle(ctx.clone(), req));
     let conn = hyper.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    let mut stopping = *stop.borrow();
+    let raised = stop.raised();
+    tokio::pin!(raised);
+    let mut stopping = stop.is_raised();
     if stopping {
         conn.as_mut().graceful_shutdown();
     }
@@ -164,7 +219,7 @@ pub(crate) async fn serve_with_hyper(
                 }
                 return;
             }
-            _ = stop.changed(), if !stopping => {
+            () = &mut raised, if !stopping => {
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }

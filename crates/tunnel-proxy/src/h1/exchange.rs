@@ -14,12 +14,11 @@ use http::request::Parts;
 use http::{Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::codec::{self, Chunked, Framing, ResponseHead};
 use crate::metrics::BackendErrorReason;
-use crate::proxy::{self, Completion, Local, Routed};
+use crate::proxy::{self, Completion, Local, Routed, Stop};
 use crate::upstream::{ConnectError, EndpointPool, RawConn};
 
 /// Response heads longer than this are a broken backend.
@@ -42,7 +41,7 @@ pub(super) struct Buffers {
 pub(super) struct Client<'a> {
     pub stream: &'a mut TcpStream,
     pub peer_ip: &'a HeaderValue,
-    pub stop: &'a watch::Receiver<bool>,
+    pub stop: &'a Stop,
     /// The client asked to close after this exchange.
     pub close: bool,
 }
@@ -169,7 +168,7 @@ pub(super) async fn forward(
         },
     };
     done.host.response(resp.status);
-    let close = client.close || *client.stop.borrow() || resp.framing == Framing::UntilClose;
+    let close = client.close || client.stop.is_raised() || resp.framing == Framing::UntilClose;
     let out = &mut bufs.out;
     out.clear();
     match &modified {
@@ -218,7 +217,7 @@ async fn answer_locally(
         modifier.apply(&mut answer.headers);
     }
     done.host.response(answer.status);
-    let close = client.close || *client.stop.borrow();
+    let close = client.close || client.stop.is_raised();
     let out = &mut bufs.out;
     out.clear();
     codec::write_response_head(

@@ -10,14 +10,15 @@ use http::HeaderValue;
 use http::header;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
 use super::codec::{self, Framing, RequestHead};
 use super::exchange::{self, Buffers};
 use crate::config::BackendProtocol;
-use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, Local};
+use crate::proxy::{
+    self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, Local, StopHandle,
+};
 use crate::state::State;
 
 /// Heads longer than this are left to hyper (whose limit is higher).
@@ -30,7 +31,7 @@ struct Conn {
     peer: SocketAddr,
     peer_ip: HeaderValue,
     state: Arc<State>,
-    stop: watch::Receiver<bool>,
+    stop: StopHandle,
     /// Bytes read from the client and not yet used.
     input: BytesMut,
     bufs: Buffers,
@@ -43,7 +44,7 @@ pub(crate) async fn serve_connection(
     peer: SocketAddr,
     state: Arc<State>,
     hyper: Arc<HyperServer>,
-    stop: watch::Receiver<bool>,
+    stop: StopHandle,
 ) {
     let mut conn = Conn {
         stream,
@@ -56,6 +57,9 @@ pub(crate) async fn serve_connection(
     };
     let head_timer = tokio::time::sleep(HEADER_READ_TIMEOUT);
     tokio::pin!(head_timer);
+    let stop = conn.stop.clone();
+    let raised = stop.raised();
+    tokio::pin!(raised);
     loop {
         let deadline = Instant::now() + HEADER_READ_TIMEOUT;
         let req = loop {
@@ -72,7 +76,7 @@ pub(crate) async fn serve_connection(
                 RequestHead::Partial => {}
             }
             let idle = conn.input.is_empty();
-            if idle && *conn.stop.borrow() {
+            if idle && conn.stop.is_raised() {
                 return;
             }
             conn.input.reserve(READ_CHUNK);
@@ -95,7 +99,7 @@ pub(crate) async fn serve_connection(
                     }
                     head_timer.as_mut().reset(deadline);
                 }
-                _ = conn.stop.changed(), if idle => return,
+                () = &mut raised, if idle => return,
             }
         };
         let body = match req.content_length {
@@ -168,7 +172,8 @@ async fn read_body(conn: &mut Conn, len: usize) -> Option<Bytes> {
 /// Writes a local answer; whether the connection stays open.
 async fn respond(conn: &mut Conn, mut answer: Local, close: bool, done: Completion) -> bool {
     done.host.response(answer.status);
-    let close = close || answer.headers.remove(header::CONNECTION).is_some() || *conn.stop.borrow();
+    let close =
+        close || answer.headers.remove(header::CONNECTION).is_some() || conn.stop.is_raised();
     let out = &mut conn.bufs.out;
     out.clear();
     codec::write_response_head(

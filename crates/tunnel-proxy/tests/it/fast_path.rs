@@ -244,3 +244,52 @@ async fn a_body_broken_off_closes_the_client_connection_and_is_counted() {
         "missing {line}\n{metrics}"
     );
 }
+
+/// Reads one response's worth from `s` (until the body of a JSON echo or 2 s of quiet).
+async fn read_some(s: &mut tokio::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.ends_with(b"}") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn on_stop_idle_connections_close_and_a_request_in_flight_completes_first() {
+    let b = Backend::start("echo").await;
+    let p = proxy_to(&b.endpoint(), "stop.example.com").await;
+    let mut idle = tokio::net::TcpStream::connect(p.data).await.unwrap();
+    idle.write_all(b"GET /warm HTTP/1.1\r\nHost: stop.example.com\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_some(&mut idle).await.starts_with("HTTP/1.1 200 OK"));
+    let mut busy = tokio::net::TcpStream::connect(p.data).await.unwrap();
+    busy.write_all(b"GET /slow/500 HTTP/1.1\r\nHost: stop.example.com\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(p); // raises the stop signal
+
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(2), idle.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the idle connection must close at once: {closed:?} {rest:?}"
+    );
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), busy.read_to_end(&mut answer))
+        .await
+        .expect("the busy connection closes after its answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(answer.contains(r#""target":"/slow/500""#), "{answer}");
+}
