@@ -48,8 +48,8 @@ const MIRROR_QUEUE_FRAMES: usize = 16;
 /// A mirror without a configured timeout gives up after this long.
 const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -790,8 +790,7 @@ impl Forward<'_> {
 }
 
 /// Request headers as a backend gets them: hop-by-hop fields removed, the rule's header
-/// changes applied, `Host` (the routed authority or the rewrite's hostname),
-/// `X-Forwarded-For` (the peer appended) and `X-Forwarded-Proto`.
+/// changes applied, then the [`Forwarding`] fields set.
 pub(crate) fn prepare_request_headers(
     h: &mut HeaderMap,
     rule: &Rule,
@@ -799,28 +798,56 @@ pub(crate) fn prepare_request_headers(
     peer_ip: &HeaderValue,
     upgrade: bool,
 ) {
+    filter_request_headers(h, rule, upgrade);
+    let f = forwarding(h, rule, authority, peer_ip);
+    h.insert(header::HOST, f.host);
+    if let Some(v) = f.forwarded_for {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    h.insert(X_FORWARDED_PROTO.clone(), f.forwarded_proto);
+}
+
+/// Hop-by-hop fields removed and the rule's request header changes applied.
+pub(crate) fn filter_request_headers(h: &mut HeaderMap, rule: &Rule, upgrade: bool) {
     strip_hop_by_hop(h, upgrade);
     if let Some(m) = &rule.request_headers {
         m.apply(h);
     }
+}
+
+/// The fields the proxy sets on every forwarded request, replacing the client's.
+pub(crate) struct Forwarding {
+    /// The routed authority, or the URL rewrite's hostname.
+    pub host: HeaderValue,
+    /// The client's value with the peer appended; `None` keeps the client's (it could not
+    /// be extended).
+    pub forwarded_for: Option<HeaderValue>,
+    pub forwarded_proto: HeaderValue,
+}
+
+pub(crate) fn forwarding(
+    h: &HeaderMap,
+    rule: &Rule,
+    authority: &HeaderValue,
+    peer_ip: &HeaderValue,
+) -> Forwarding {
     let host = rule
         .rewrite
         .as_ref()
         .and_then(|r| r.hostname.clone())
         .unwrap_or_else(|| authority.clone());
-    h.insert(header::HOST, host);
-    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+    let forwarded_for = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) => {
             let peer_ip = peer_ip.to_str().unwrap_or_default();
             HeaderValue::try_from(format!("{prev}, {peer_ip}")).ok()
         }
         None => Some(peer_ip.clone()),
     };
-    if let Some(v) = xff {
-        h.insert(X_FORWARDED_FOR.clone(), v);
+    Forwarding {
+        host,
+        forwarded_for,
+        forwarded_proto: HeaderValue::from_static(forwarded_proto(h)),
     }
-    let proto = forwarded_proto(h);
-    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
 }
 
 /// The upstream path and query: the client's (shared, not copied) unless a URL rewrite

@@ -164,36 +164,48 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-/// Writes a request head: `target` is origin-form; `content_length` replaces any
-/// `Content-Length` among `headers`.
+/// Writes a request head: `target` is origin-form; the fields of `set` replace any of the
+/// same name among `headers`, and `content_length` any `Content-Length`.
 pub fn write_request_head(
     out: &mut Vec<u8>,
     method: &Method,
     target: &str,
     headers: &HeaderMap,
+    set: &[(&HeaderName, &HeaderValue)],
     content_length: Option<u64>,
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    write_fields(out, headers);
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || set.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        write_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in set {
+        write_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
     if let Some(n) = content_length {
         write_length(out, n);
     }
     out.extend_from_slice(b"\r\n");
 }
 
+fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Every field except `Content-Length` (the writer states the framing itself).
 fn write_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
     for (name, value) in headers {
-        if name == header::CONTENT_LENGTH {
-            continue;
+        if name != header::CONTENT_LENGTH {
+            write_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -293,10 +305,7 @@ impl Response {
             {
                 continue;
             }
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
+            write_field(out, name, value);
         }
         write_close(out, self.framing, close);
     }

@@ -9,7 +9,7 @@
 //! and nothing came back.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::HeaderValue;
+use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,13 +66,8 @@ pub(super) async fn forward(
     bufs: &mut Buffers,
 ) -> bool {
     let rule = routed.rule;
-    proxy::prepare_request_headers(
-        &mut parts.headers,
-        rule,
-        &routed.authority,
-        client.peer_ip,
-        false,
-    );
+    proxy::filter_request_headers(&mut parts.headers, rule, false);
+    let fwd = proxy::forwarding(&parts.headers, rule, &routed.authority, client.peer_ip);
     let Some(target) = proxy::upstream_target(rule, &parts.uri, routed.matched_prefix) else {
         let answer = proxy::local(StatusCode::BAD_REQUEST, "invalid request target\n");
         return answer_locally(client, answer, routed, done, bufs).await;
@@ -81,11 +76,26 @@ pub(super) async fn forward(
     let pool = endpoint.pool().expect("HTTP/1 endpoints have an idle list");
     let out = &mut bufs.out;
     out.clear();
+    // Written in place of the client's fields rather than inserted into the map.
+    let host = (&header::HOST, &fwd.host);
+    let proto = (&proxy::X_FORWARDED_PROTO, &fwd.forwarded_proto);
+    let (with_for, without_for);
+    let set: &[(&HeaderName, &HeaderValue)] = match &fwd.forwarded_for {
+        Some(v) => {
+            with_for = [host, (&proxy::X_FORWARDED_FOR, v), proto];
+            &with_for
+        }
+        None => {
+            without_for = [host, proto];
+            &without_for
+        }
+    };
     codec::write_request_head(
         out,
         &parts.method,
         target.as_str(),
         &parts.headers,
+        set,
         content_length.map(|_| body.len() as u64),
     );
     out.extend_from_slice(&body);

@@ -90,13 +90,17 @@ fn a_request_head_is_written_with_the_stated_length_only() {
     headers.append("x-multi", HeaderValue::from_static("1"));
     headers.append("x-multi", HeaderValue::from_static("2"));
     let mut out = Vec::new();
-    write_request_head(&mut out, &Method::POST, "/p?q", &headers, Some(3));
+    headers.insert("x-set", HeaderValue::from_static("client"));
+    let set_name = HeaderName::from_static("x-set");
+    let set_value = HeaderValue::from_static("proxy");
+    let set = [(&set_name, &set_value)];
+    write_request_head(&mut out, &Method::POST, "/p?q", &headers, &set, Some(3));
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        "POST /p?q HTTP/1.1\r\nhost: a.example\r\nx-multi: 1\r\nx-multi: 2\r\ncontent-length: 3\r\n\r\n"
+        "POST /p?q HTTP/1.1\r\nhost: a.example\r\nx-multi: 1\r\nx-multi: 2\r\nx-set: proxy\r\ncontent-length: 3\r\n\r\n"
     );
     let mut out = Vec::new();
-    write_request_head(&mut out, &Method::GET, "/", &HeaderMap::new(), None);
+    write_request_head(&mut out, &Method::GET, "/", &HeaderMap::new(), &[], None);
     assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
 }
 
