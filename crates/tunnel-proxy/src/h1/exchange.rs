@@ -226,9 +226,21 @@ async fn answer_locally(
     if let Some(modifier) = &routed.rule.response_headers {
         modifier.apply(&mut answer.headers);
     }
-    done.host.response(answer.status);
     let close = client.close || client.stop.is_raised();
-    let out = &mut bufs.out;
+    write_local(client.stream, &mut bufs.out, answer, close, done).await
+}
+
+/// Writes an answer the proxy makes itself (counted for `done`'s route); whether the client
+/// connection stays open. An answer that says `Connection: close` closes it.
+pub(super) async fn write_local(
+    stream: &mut TcpStream,
+    out: &mut Vec<u8>,
+    mut answer: Local,
+    close: bool,
+    done: Completion,
+) -> bool {
+    done.host.response(answer.status);
+    let close = answer.headers.remove(header::CONNECTION).is_some() || close;
     out.clear();
     codec::write_response_head(
         out,
@@ -238,7 +250,7 @@ async fn answer_locally(
         close,
     );
     out.extend_from_slice(answer.body.as_bytes());
-    client.stream.write_all(out).await.is_ok() && !close
+    stream.write_all(out).await.is_ok() && !close
 }
 
 /// Sends the request (head and body, in `request`) on an idle connection or a new one and

@@ -7,18 +7,15 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
-use http::header;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::codec::{self, Framing, RequestHead};
+use super::codec::{self, RequestHead};
 use super::exchange::{self, Buffers};
 use crate::config::BackendProtocol;
-use crate::proxy::{
-    self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, Local, StopHandle,
-};
+use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, StopHandle};
 use crate::state::State;
 
 /// Heads longer than this are left to hyper (whose limit is higher).
@@ -126,7 +123,11 @@ pub(crate) async fn serve_connection(
         }
         let done = Completion::begin(&conn.state, host);
         let keep = match decision {
-            Decision::Respond(answer) => respond(&mut conn, answer, req.close, done).await,
+            Decision::Respond(answer) => {
+                let close = req.close || conn.stop.is_raised();
+                exchange::write_local(&mut conn.stream, &mut conn.bufs.out, answer, close, done)
+                    .await
+            }
             Decision::Forward(routed) => {
                 let client = exchange::Client {
                     stream: &mut conn.stream,
@@ -167,24 +168,6 @@ async fn read_body(conn: &mut Conn, len: usize) -> Option<Bytes> {
         }
     }
     Some(conn.input.split_to(len).freeze())
-}
-
-/// Writes a local answer; whether the connection stays open.
-async fn respond(conn: &mut Conn, mut answer: Local, close: bool, done: Completion) -> bool {
-    done.host.response(answer.status);
-    let close =
-        close || answer.headers.remove(header::CONNECTION).is_some() || conn.stop.is_raised();
-    let out = &mut conn.bufs.out;
-    out.clear();
-    codec::write_response_head(
-        out,
-        answer.status,
-        &answer.headers,
-        Framing::Length(answer.body.len() as u64),
-        close,
-    );
-    out.extend_from_slice(answer.body.as_bytes());
-    conn.stream.write_all(out).await.is_ok() && !close
 }
 
 /// Lets hyper serve the rest of the connection: `prefix` (a declined request's head and
