@@ -157,7 +157,7 @@ impl Drop for RequestGuard<'_> {
 }
 
 async fn route(ctx: &Listener, peer: Option<&PeerChain>, req: Request<Incoming>) -> Outcome {
-    if let Err(e) = ctx.auth.authenticate(peer, req.headers()) {
+    if let Err(e) = ctx.auth.check(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
         return Outcome::status(Status::unauthorized(), "unknown", "unauthenticated");
     }
