@@ -124,56 +124,69 @@ impl Authenticator {
         peer: Option<&PeerChain>,
         headers: &http::HeaderMap,
     ) -> Result<Caller, AuthError> {
+        let current = self.trusted(peer)?;
+        let config = current.as_ref().as_ref().ok_or(AuthError::NotConfigured)?;
+        let values = |names: &[String]| -> Vec<String> {
+            header_values(names, headers).map(str::to_owned).collect()
+        };
+        Ok(Caller {
+            user: user(config, headers)?.to_owned(),
+            groups: values(&config.group_headers),
+        })
+    }
+
+    /// What [`Authenticator::authenticate`] decides, without building the [`Caller`] (the
+    /// request path needs only the decision).
+    pub fn check(
+        &self,
+        peer: Option<&PeerChain>,
+        headers: &http::HeaderMap,
+    ) -> Result<(), AuthError> {
+        let current = self.trusted(peer)?;
+        let config = current.as_ref().as_ref().ok_or(AuthError::NotConfigured)?;
+        user(config, headers).map(|_| ())
+    }
+
+    /// The settings in force, once `peer`'s chain is verified against them and its CN allowed.
+    fn trusted(
+        &self,
+        peer: Option<&PeerChain>,
+    ) -> Result<Arc<Option<RequestHeaderConfig>>, AuthError> {
         let current = self.current.load_full();
         let config = current.as_ref().as_ref().ok_or(AuthError::NotConfigured)?;
         let peer = peer
             .filter(|p| !p.chain.is_empty())
             .ok_or(AuthError::NoCertificate)?;
-        let now = UnixTime::now();
-        let cached = peer
-            .verified
-            .lock()
-            .expect("verification lock")
-            .as_ref()
-            .filter(|v| Arc::ptr_eq(&v.settings, &current) && now.as_secs() < v.until)
-            .map(|v| v.cn.clone());
-        let cn = match cached {
-            Some(cn) => cn,
-            None => {
-                let chain = &peer.chain;
-                config
-                    .verifier
-                    .verify_client_cert(&chain[0], &chain[1..], now)
-                    .map_err(|e| AuthError::Untrusted(e.to_string()))?;
-                let cn = common_name(&chain[0]).unwrap_or_default();
-                *peer.verified.lock().expect("verification lock") = Some(Verified {
-                    settings: current.clone(),
-                    until: chain.iter().map(not_after).min().unwrap_or(0),
-                    cn: cn.clone(),
-                });
-                cn
+        let allowed = |cn: &str| {
+            if !config.allowed_names.is_empty() && !config.allowed_names.iter().any(|n| n == cn) {
+                return Err(AuthError::NameNotAllowed(cn.to_owned()));
             }
+            Ok(())
         };
-        if !config.allowed_names.is_empty() && !config.allowed_names.contains(&cn) {
-            return Err(AuthError::NameNotAllowed(cn));
+        let now = UnixTime::now();
+        {
+            let verified = peer.verified.lock().expect("verification lock");
+            if let Some(v) = verified
+                .as_ref()
+                .filter(|v| Arc::ptr_eq(&v.settings, &current) && now.as_secs() < v.until)
+            {
+                allowed(&v.cn)?;
+                return Ok(current);
+            }
         }
-        let values = |names: &[String]| -> Vec<String> {
-            names
-                .iter()
-                .flat_map(|n| headers.get_all(n.as_str()))
-                .filter_map(|v| v.to_str().ok())
-                .map(str::to_owned)
-                .collect()
-        };
-        let user = values(&config.username_headers)
-            .into_iter()
-            .next()
-            .filter(|u| !u.is_empty())
-            .ok_or(AuthError::NoUser)?;
-        Ok(Caller {
-            user,
-            groups: values(&config.group_headers),
-        })
+        let chain = &peer.chain;
+        config
+            .verifier
+            .verify_client_cert(&chain[0], &chain[1..], now)
+            .map_err(|e| AuthError::Untrusted(e.to_string()))?;
+        let cn = common_name(&chain[0]).unwrap_or_default();
+        *peer.verified.lock().expect("verification lock") = Some(Verified {
+            settings: current.clone(),
+            until: chain.iter().map(not_after).min().unwrap_or(0),
+            cn: cn.clone(),
+        });
+        allowed(&cn)?;
+        Ok(current)
     }
 
     /// Follows the ConfigMap in the client cluster and updates the settings on every change.
@@ -214,6 +227,28 @@ impl Authenticator {
         });
         let _ = loaded_rx.await;
     }
+}
+
+/// The values of the first headers of `names` that are valid text, in order.
+fn header_values<'a>(
+    names: &'a [String],
+    headers: &'a http::HeaderMap,
+) -> impl Iterator<Item = &'a str> + 'a {
+    names
+        .iter()
+        .flat_map(|n| headers.get_all(n.as_str()))
+        .filter_map(|v| v.to_str().ok())
+}
+
+/// The user the aggregator asserts: the first value of the username headers, not empty.
+fn user<'a>(
+    config: &'a RequestHeaderConfig,
+    headers: &'a http::HeaderMap,
+) -> Result<&'a str, AuthError> {
+    header_values(&config.username_headers, headers)
+        .next()
+        .filter(|u| !u.is_empty())
+        .ok_or(AuthError::NoUser)
 }
 
 /// A certificate's `notAfter` in seconds since the epoch (0 if it cannot be read).

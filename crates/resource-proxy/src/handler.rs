@@ -19,7 +19,7 @@ use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
 use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
 use crate::metrics::{
-    GroupVersionReasonLabels, Metrics, ReasonLabels, RequestLabels, TargetLabels, VerbLabels,
+    GroupVersionReasonLabels, Metrics, ReasonLabels, RequestSeries, TargetLabels,
 };
 use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
@@ -41,6 +41,31 @@ pub struct Listener {
     pub client_cluster: kube::Client,
     pub discovery: Discovery,
     pub metrics: Metrics,
+    /// The series every request updates, resolved once.
+    series: RequestSeries,
+}
+
+impl Listener {
+    /// The listener of `listener`'s group/version, proxying to `target`.
+    pub fn new(
+        listener: GroupVersionListener,
+        target: TargetClient,
+        auth: Authenticator,
+        owner: OwnerLabels,
+        client_cluster: kube::Client,
+        metrics: Metrics,
+    ) -> Self {
+        Listener {
+            discovery: Discovery::new(&listener),
+            series: RequestSeries::new(&metrics, target.name(), listener.group_version()),
+            listener,
+            target,
+            auth,
+            owner,
+            client_cluster,
+            metrics,
+        }
+    }
 }
 
 /// The outcome of one request, for the metric and the log line.
@@ -67,48 +92,27 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
-    let target_label = TargetLabels {
-        target: ctx.target.name().to_owned(),
-    };
-    let inflight = ctx.metrics.inflight.get_or_create(&target_label).clone();
+    let inflight = ctx.series.inflight().clone();
     inflight.inc();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
     // Counts the request as `canceled` if the caller goes away before it is answered (the
     // server then drops this future).
     let mut guard = RequestGuard {
         ctx: &ctx,
         inflight,
-        method: method.clone(),
-        path: path.clone(),
-        query: req.uri().query().map(str::to_owned),
+        method: req.method().clone(),
+        uri: req.uri().clone(),
         answered: false,
     };
     let outcome = route(&ctx, peer.as_deref(), req).await;
     guard.answered = true;
-    drop(guard);
 
     let code = outcome.response.status().as_u16();
-    ctx.metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            target: ctx.target.name().to_owned(),
-            group_version: ctx.listener.group_version(),
-            verb: outcome.verb.clone(),
-            code,
-            reason: outcome.reason.to_owned(),
-        })
-        .inc();
+    ctx.series.count(&outcome.verb, code, outcome.reason);
     if outcome.verb != "watch" {
-        ctx.metrics
-            .request_duration
-            .get_or_create(&VerbLabels {
-                target: ctx.target.name().to_owned(),
-                verb: outcome.verb.clone(),
-            })
-            .observe(started.elapsed().as_secs_f64());
+        ctx.series
+            .observe_duration(&outcome.verb, started.elapsed().as_secs_f64());
     }
-    tracing::debug!(%method, %path, verb = %outcome.verb, code, reason = outcome.reason, "request");
+    tracing::debug!(method = %guard.method, path = guard.uri.path(), verb = %outcome.verb, code, reason = outcome.reason, "request");
     outcome.response
 }
 
@@ -117,8 +121,7 @@ struct RequestGuard<'a> {
     ctx: &'a Listener,
     inflight: prometheus_client::metrics::gauge::Gauge,
     method: Method,
-    path: String,
-    query: Option<String>,
+    uri: http::Uri,
     answered: bool,
 }
 
@@ -133,39 +136,28 @@ impl Drop for RequestGuard<'_> {
             &l.group,
             &l.version,
             self.method.as_str(),
-            &self.path,
-            self.query.as_deref(),
+            self.uri.path(),
+            self.uri.query(),
         ) {
             Route::Resource(info) => info.verb.as_str().to_owned(),
             _ => "get".to_owned(),
         };
-        let target = self.ctx.target.name().to_owned();
         self.ctx
             .metrics
             .request_terminations
             .get_or_create(&ReasonLabels {
-                target: target.clone(),
+                target: self.ctx.target.name().to_owned(),
                 reason: "canceled".into(),
             })
             .inc();
-        self.ctx
-            .metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                target,
-                group_version: l.group_version(),
-                verb: verb.clone(),
-                // nginx's "client closed request": no answer was sent.
-                code: 499,
-                reason: "canceled".into(),
-            })
-            .inc();
-        tracing::info!(method = %self.method, path = %self.path, verb, reason = "canceled", "the caller went away before the answer");
+        // nginx's "client closed request": no answer was sent.
+        self.ctx.series.count(&verb, 499, "canceled");
+        tracing::info!(method = %self.method, path = self.uri.path(), verb, reason = "canceled", "the caller went away before the answer");
     }
 }
 
 async fn route(ctx: &Listener, peer: Option<&PeerChain>, req: Request<Incoming>) -> Outcome {
-    if let Err(e) = ctx.auth.authenticate(peer, req.headers()) {
+    if let Err(e) = ctx.auth.check(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
         return Outcome::status(Status::unauthorized(), "unknown", "unauthenticated");
     }

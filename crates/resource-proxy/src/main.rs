@@ -18,7 +18,6 @@ use kube_support::telemetry::{self, LogFormat};
 use prometheus_client::registry::Registry;
 use resource_proxy::caller_auth::Authenticator;
 use resource_proxy::config::{ClusterAccess, Config, PeerSource, render_listeners};
-use resource_proxy::discovery::Discovery;
 use resource_proxy::handler::Listener;
 use resource_proxy::labels::OwnerLabels;
 use resource_proxy::metrics::Metrics;
@@ -176,15 +175,14 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let tls = server::tls_config(cert);
     let owner = OwnerLabels::for_client(&config.client);
     for l in &config.listeners {
-        let ctx = Arc::new(Listener {
-            listener: l.clone(),
-            target: targets[&l.target].clone(),
-            auth: auth.clone(),
-            owner: owner.clone(),
-            client_cluster: client.clone(),
-            discovery: Discovery::new(l),
-            metrics: metrics.clone(),
-        });
+        let ctx = Arc::new(Listener::new(
+            l.clone(),
+            targets[&l.target].clone(),
+            auth.clone(),
+            owner.clone(),
+            client.clone(),
+            metrics.clone(),
+        ));
         let (addr, _task) = server::serve(ctx, l.address(), tls.clone(), shutdown_rx.clone())
             .await
             .with_context(|| format!("listening on {} for {}", l.address(), l.group_version()))?;

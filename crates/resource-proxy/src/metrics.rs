@@ -20,6 +20,7 @@
 //! | `vcluster_proxy_watch_events_total` | | watch events passed to callers |
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -210,5 +211,91 @@ impl Metrics {
             m.peer_dial_duration.clone(),
         );
         m
+    }
+}
+
+/// Verb, code and reason of a `vcluster_proxy_request_total` series of one listener.
+type RequestKey = (String, u16, &'static str);
+
+/// The series one listener updates on every request, each resolved once: a family's
+/// `get_or_create` builds the label strings and hashes them on every call, which the request
+/// path would pay three times per request. Series are still created on first use.
+pub struct RequestSeries {
+    metrics: Metrics,
+    target: String,
+    group_version: String,
+    inflight: OnceLock<Gauge>,
+    requests: Mutex<Vec<(RequestKey, Counter)>>,
+    durations: Mutex<Vec<(String, Histogram)>>,
+}
+
+impl RequestSeries {
+    /// The series of the listener serving `group_version` from `target`.
+    pub fn new(metrics: &Metrics, target: &str, group_version: String) -> Self {
+        Self {
+            metrics: metrics.clone(),
+            target: target.to_owned(),
+            group_version,
+            inflight: OnceLock::new(),
+            requests: Mutex::new(Vec::new()),
+            durations: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `vcluster_proxy_inflight_requests` of the target.
+    pub fn inflight(&self) -> &Gauge {
+        self.inflight.get_or_init(|| {
+            self.metrics
+                .inflight
+                .get_or_create(&TargetLabels {
+                    target: self.target.clone(),
+                })
+                .clone()
+        })
+    }
+
+    /// Counts an answered request in `vcluster_proxy_request_total`.
+    pub fn count(&self, verb: &str, code: u16, reason: &'static str) {
+        let mut requests = self.requests.lock().expect("series lock");
+        if let Some((_, c)) = requests
+            .iter()
+            .find(|((v, c, r), _)| *c == code && *r == reason && v == verb)
+        {
+            c.inc();
+            return;
+        }
+        let counter = self
+            .metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                target: self.target.clone(),
+                group_version: self.group_version.clone(),
+                verb: verb.to_owned(),
+                code,
+                reason: reason.to_owned(),
+            })
+            .clone();
+        counter.inc();
+        requests.push(((verb.to_owned(), code, reason), counter));
+    }
+
+    /// Records a request's time to its response headers in
+    /// `vcluster_proxy_request_duration_seconds`.
+    pub fn observe_duration(&self, verb: &str, seconds: f64) {
+        let mut durations = self.durations.lock().expect("series lock");
+        if let Some((_, h)) = durations.iter().find(|(v, _)| v == verb) {
+            h.observe(seconds);
+            return;
+        }
+        let histogram = self
+            .metrics
+            .request_duration
+            .get_or_create(&VerbLabels {
+                target: self.target.clone(),
+                verb: verb.to_owned(),
+            })
+            .clone();
+        histogram.observe(seconds);
+        durations.push((verb.to_owned(), histogram));
     }
 }

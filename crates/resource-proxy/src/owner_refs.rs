@@ -138,10 +138,15 @@ fn restore_body_value(o: &mut Value) -> bool {
     changed | restore_object(o)
 }
 
-/// Cheap pre-check: only bodies that mention owner references are parsed.
+/// Cheap pre-check: only bodies that mention owner references are parsed. The searchers are
+/// built once (building one costs about as much as searching a small answer).
 pub fn mentions_owner_refs(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"ownerReferences\"").is_some()
-        || memchr::memmem::find(body, ANNOTATION.as_bytes()).is_some()
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"ownerReferences\""));
+    static ANNOTATION_KEY: LazyLock<Finder<'static>> =
+        LazyLock::new(|| Finder::new(ANNOTATION.as_bytes()));
+    FIELD.find(body).is_some() || ANNOTATION_KEY.find(body).is_some()
 }
 
 fn set_annotation(meta: &mut Map<String, Value>, value: Option<Value>) {

@@ -85,10 +85,15 @@ impl RequestInfo {
     /// Path to send to the target: `/apis/<group>/<version>/...` from the decoded segments,
     /// each percent-encoded again where needed.
     pub fn forward_path(&self) -> String {
-        let mut path = format!("/apis/{}/{}", encode(&self.group), encode(&self.version));
-        for segment in &self.segments {
+        let mut path = String::with_capacity(64);
+        path.push_str("/apis");
+        for segment in [&self.group, &self.version]
+            .into_iter()
+            .chain(&self.segments)
+        {
             path.push('/');
-            path.push_str(&encode(segment));
+            // Encoded straight into the path: no String per segment.
+            path.extend(utf8_percent_encode(segment, SEGMENT));
         }
         path
     }
@@ -131,10 +136,6 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
-
-fn encode(segment: &str) -> String {
-    utf8_percent_encode(segment, SEGMENT).to_string()
-}
 
 /// Splits and decodes a raw path; `None` when any segment is unsafe (see the module doc).
 fn decode_segments(raw_path: &str) -> Option<Vec<String>> {

@@ -230,35 +230,41 @@ pub fn is_owned_object(object: &Value, owner: &OwnerLabels) -> bool {
 /// carries such an object (`includeObject` `Metadata` or `Object`). Anything else, unparsable
 /// JSON included, is not owned: the check fails closed.
 ///
-/// Only the labels are deserialized; the rest of the answer is skipped.
+/// Only the two owner labels are kept, borrowed from the body where they need no unescaping;
+/// the rest of the answer is skipped (other label values are still checked to be strings, as a
+/// label map must be).
 pub fn is_owned_answer(body: &[u8], owner: &OwnerLabels) -> bool {
-    use std::collections::HashMap;
-
     #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        labels: Option<HashMap<String, String>>,
+    struct Meta<'a> {
+        #[serde(default, borrow)]
+        labels: Option<OwnerLabelValues<'a>>,
     }
     #[derive(serde::Deserialize)]
-    struct Object {
-        metadata: Option<Meta>,
+    struct Object<'a> {
+        #[serde(borrow)]
+        metadata: Option<Meta<'a>>,
     }
     #[derive(serde::Deserialize)]
-    struct Row {
-        object: Option<Object>,
+    struct Row<'a> {
+        #[serde(borrow)]
+        object: Option<Object<'a>>,
     }
     #[derive(serde::Deserialize)]
-    struct Answer {
-        kind: Option<String>,
-        metadata: Option<Meta>,
-        rows: Option<Vec<Row>>,
+    struct Answer<'a> {
+        #[serde(borrow)]
+        kind: Option<JsonStr<'a>>,
+        #[serde(borrow)]
+        metadata: Option<Meta<'a>>,
+        #[serde(borrow)]
+        rows: Option<Vec<Row<'a>>>,
     }
-    let owned = |meta: Option<&Meta>| {
+    let owned = |meta: Option<&Meta<'_>>| {
         meta.and_then(|m| m.labels.as_ref()).is_some_and(|labels| {
-            Selector::owner(owner).matches(|k| labels.get(k).map(String::as_str))
+            labels.project.as_deref() == Some(owner.project.as_str())
+                && labels.vcluster.as_deref() == Some(owner.vcluster.as_str())
         })
     };
-    let Ok(answer) = serde_json::from_slice::<Answer>(body) else {
+    let Ok(answer) = serde_json::from_slice::<Answer<'_>>(body) else {
         return false;
     };
     if answer.kind.as_deref() == Some("Table") {
@@ -270,6 +276,74 @@ pub fn is_owned_answer(body: &[u8], owner: &OwnerLabels) -> bool {
         });
     }
     owned(answer.metadata.as_ref())
+}
+
+/// A JSON string, borrowed from the body unless it had escapes.
+struct JsonStr<'a>(std::borrow::Cow<'a, str>);
+
+impl std::ops::Deref for JsonStr<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = JsonStr<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(JsonStr(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+/// The owner labels of a `metadata.labels` map (string to string; the last of duplicate keys
+/// wins, as in a map). Other labels are checked to be strings and dropped.
+#[derive(Default)]
+struct OwnerLabelValues<'a> {
+    project: Option<JsonStr<'a>>,
+    vcluster: Option<JsonStr<'a>>,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for OwnerLabelValues<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = OwnerLabelValues<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of label keys to values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = OwnerLabelValues::default();
+                while let Some(key) = map.next_key::<JsonStr<'_>>()? {
+                    let value = map.next_value::<JsonStr<'_>>()?;
+                    match &*key {
+                        OWNER_PROJECT_LABEL => out.project = Some(value),
+                        OWNER_VCLUSTER_LABEL => out.vcluster = Some(value),
+                        _ => {}
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1109,6 +1183,18 @@ mod tests {
         assert!(!is_owned_answer(b"kind: Widget", &o));
         assert!(!owned(
             json!({"metadata": {"labels": {"vcluster.com/owner-vcluster": ["client-a"], "vcluster.com/owner-project": "default"}}})
+        ));
+        assert!(!owned(
+            json!({"metadata": {"labels": {"vcluster.com/owner-vcluster": "client-a", "vcluster.com/owner-project": "default", "app": 1}}})
+        ));
+        // JSON escapes are read as the text they stand for; the last of duplicate keys wins.
+        assert!(is_owned_answer(
+            br#"{"metadata": {"labels": {"vcluster.com\/owner-vcluster": "client\u002da", "vcluster.com/owner-project": "default"}}}"#,
+            &o
+        ));
+        assert!(!is_owned_answer(
+            br#"{"metadata": {"labels": {"vcluster.com/owner-vcluster": "client-a", "vcluster.com/owner-project": "default", "vcluster.com/owner-vcluster": "client-b"}}}"#,
+            &o
         ));
     }
 }

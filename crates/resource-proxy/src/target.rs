@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 use http::header::{AUTHORIZATION, HeaderValue};
+use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
 use http_body_util::Full;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
@@ -221,8 +222,8 @@ impl TargetClient {
         let path_and_query = req
             .uri()
             .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .unwrap_or_else(|| "/".into());
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         let headers = req.headers_mut();
         for (k, v) in &inner.auth_headers {
             headers.append(k.clone(), v.clone());
@@ -244,13 +245,17 @@ impl TargetClient {
         &self,
         pick: &Pick,
         mut req: Request<Full<Bytes>>,
-        path_and_query: &str,
+        path_and_query: &PathAndQuery,
     ) -> Result<Response<TargetBody>, TargetError> {
         let inner = &self.inner;
         let peer = pick.addr.to_string();
-        *req.uri_mut() = format!("https://{peer}{path_and_query}")
-            .parse::<Uri>()
-            .map_err(|_| TargetError::Uri(path_and_query.to_owned()))?;
+        // From parts: the path and query were parsed when the request was built.
+        let mut uri = uri::Parts::default();
+        uri.scheme = Some(Scheme::HTTPS);
+        let invalid = || TargetError::Uri(path_and_query.to_string());
+        uri.authority = Some(Authority::try_from(peer.as_str()).map_err(|_| invalid())?);
+        uri.path_and_query = Some(path_and_query.clone());
+        *req.uri_mut() = Uri::from_parts(uri).map_err(|_| invalid())?;
         let result = inner
             .pool
             .send(&pick.addr, req, || self.dial(pick.addr.clone()))

@@ -32,7 +32,6 @@ use resource_proxy::config::{
     AccessMode, BaseCredential, ClientIdentity, Credential, GroupVersionListener, PeerAddress,
     PeerSource, Resources, Target, TargetRef,
 };
-use resource_proxy::discovery::Discovery;
 use resource_proxy::handler::{CREATE_ID_LABEL, CREATE_LOOKUP_BUDGET, Listener, REQUEST_DEADLINE};
 use resource_proxy::labels::OwnerLabels;
 use resource_proxy::metrics::{Metrics, ReasonLabels, RequestLabels};
@@ -261,19 +260,18 @@ async fn env(f: Behaviour) -> Env {
         }),
         "default",
     );
-    let ctx = Arc::new(Listener {
-        discovery: Discovery::new(&listener),
+    let ctx = Arc::new(Listener::new(
         listener,
         target,
         auth,
-        owner: OwnerLabels::for_client(&ClientIdentity {
+        OwnerLabels::for_client(&ClientIdentity {
             name: "c".into(),
             project: "p".into(),
             project_namespace: "p-p".into(),
         }),
         client_cluster,
-        metrics: metrics.clone(),
-    });
+        metrics.clone(),
+    ));
     let serving = ca
         .serving_cert(&["localhost"], &["127.0.0.1".parse().unwrap()])
         .unwrap();
