@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Load-independent counts per request for tunnel-proxy and nginx on the benchmark's route
+# (docs/benchmarks.md "Where the time goes"): user-space instructions (callgrind) and system
+# calls, context switches and CPU time (perf stat, /proc/PID/stat). The server under test is
+# pinned to CPU 0, wrk and the backend to CPU 1, as in scripts/bench-tunnel-proxy.sh.
+#
+#   scripts/count-tunnel-proxy.sh instructions proxy 64 empty
+#   scripts/count-tunnel-proxy.sh syscalls nginx 1 1m
+#
+# Needs valgrind (instructions) or perf (syscalls), wrk, nginx and curl; installs what is
+# missing from Debian's packages.
+set -euo pipefail
+
+MODE="${1:?instructions|syscalls}"
+WHAT="${2:?proxy|nginx}"
+CONNS="${3:-64}"
+BODY="${4:-empty}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-tunnel-proxy}"
+BACKEND_PORT=18290
+PORT=18280
+ADMIN_PORT=18281
+HOST=bench.example.com
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need nginx || ! need valgrind || ! need perf || ! need curl; then
+  echo "installing wrk, nginx, valgrind, perf, curl from Debian packages" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx valgrind linux-perf curl >/dev/null
+fi
+cargo build --release -q -p tunnel-proxy --bin tunnel-proxy --example bench-backend
+BIN="$CARGO_TARGET_DIR/release"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 300); do
+    if (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2
+  exit 1
+}
+
+taskset -c 1 "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
+PIDS+=($!)
+wait_port "$BACKEND_PORT"
+
+WRAP=()
+if [ "$MODE" = instructions ]; then
+  WRAP=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$WORK/callgrind.out")
+fi
+if [ "$WHAT" = proxy ]; then
+  RUST_LOG=warn taskset -c 0 "${WRAP[@]}" "$BIN/tunnel-proxy" --listen "127.0.0.1:$PORT" \
+    --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text 2>"$WORK/server.log" &
+  SERVER=$!
+  wait_port "$ADMIN_PORT"
+  curl -sf -X PUT -H 'content-type: application/json' "http://127.0.0.1:$ADMIN_PORT/config" -d @- >/dev/null <<EOF
+{"version": 1, "routes": [{"kind": "HTTPRoute", "name": "bench/bench", "hostnames": ["$HOST"],
+  "rules": [{"backends": [{"name": "bench/backend:80", "endpoints": ["127.0.0.1:$BACKEND_PORT"]}]}]}]}
+EOF
+else
+  mkdir -p "$WORK/nginx"
+  cat >"$WORK/nginx/nginx.conf" <<EOF
+user root;
+worker_processes 1;
+daemon off;
+master_process off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream backend { server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$PORT;
+    server_name $HOST;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+  taskset -c 0 "${WRAP[@]}" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>"$WORK/server.log" &
+  SERVER=$!
+fi
+PIDS+=("$SERVER")
+wait_port "$PORT"
+
+load() { taskset -c 1 wrk -t1 -c"$CONNS" -d"$1" -H "Host: $HOST" "http://127.0.0.1:$PORT/$BODY"; }
+requests() { awk '/requests in/ {print $1}'; }
+
+load 2s >/dev/null
+if [ "$MODE" = instructions ]; then
+  callgrind_control -i on "$SERVER" >/dev/null
+  n="$(load 5s | requests)"
+  callgrind_control -i off "$SERVER" >/dev/null
+  kill "$SERVER"
+  wait "$SERVER" 2>/dev/null || true
+  ir="$(callgrind_annotate "$WORK/callgrind.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
+  echo "$WHAT $CONNS conns $BODY: $n requests, $ir instructions, $((ir / n)) per request"
+else
+  cpu0="$(awk '{print $14 + $15}' "/proc/$SERVER/stat")"
+  perf stat -e raw_syscalls:sys_enter,context-switches -p "$SERVER" -o "$WORK/perf.txt" -- sleep 5 &
+  STAT=$!
+  n="$(load 5s | requests)"
+  wait "$STAT" || true
+  cpu1="$(awk '{print $14 + $15}' "/proc/$SERVER/stat")"
+  sc="$(awk '/raw_syscalls:sys_enter/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
+  cs="$(awk '/context-switches/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
+  tick="$(getconf CLK_TCK)"
+  awk -v w="$WHAT" -v c="$CONNS" -v b="$BODY" -v n="$n" -v sc="$sc" -v cs="$cs" \
+    -v t0="$cpu0" -v t1="$cpu1" -v hz="$tick" 'BEGIN {
+      printf "%s %s conns %s: %d requests, %.2f system calls, %.2f context switches, %.1f us CPU per request\n",
+        w, c, b, n, sc / n, cs / n, (t1 - t0) / hz * 1e6 / n }'
+fi
