@@ -10,9 +10,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/lib/tunnel-proxy-bench.sh
+source "$ROOT/scripts/lib/tunnel-proxy-bench.sh"
 DURATION="${DURATION:-5}"
 REPEAT="${REPEAT:-3}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-tunnel-proxy}"
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 BACKEND_PORT=18090
@@ -21,34 +22,8 @@ ADMIN_PORT=18081
 NGINX_PORT=18070
 HOST=bench.example.com
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need wrk || ! need nginx || ! need taskset || ! need curl; then
-  echo "installing wrk, nginx, util-linux, curl from Debian packages" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx util-linux curl >/dev/null
-fi
-
-echo "building tunnel-proxy and bench-backend (release)" >&2
-cargo build --release -q -p tunnel-proxy --bin tunnel-proxy --example bench-backend
-BIN="$CARGO_TARGET_DIR/release"
-
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    if (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2
-  exit 1
-}
+install_missing wrk=wrk nginx=nginx taskset=util-linux curl=curl
+build_bench
 
 taskset -c "$LOAD_CPU" "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
 PIDS+=($!)
@@ -58,43 +33,9 @@ PROXY_LOG_FORMAT=text RUST_LOG=warn taskset -c "$PROXY_CPU" "$BIN/tunnel-proxy" 
   --listen "127.0.0.1:$PROXY_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text &
 PIDS+=($!)
 wait_port "$ADMIN_PORT"
-curl -sf -X PUT -H 'content-type: application/json' "http://127.0.0.1:$ADMIN_PORT/config" -d @- >/dev/null <<EOF
-{"version": 1, "routes": [{"kind": "HTTPRoute", "name": "bench/bench", "hostnames": ["$HOST"],
-  "rules": [{"backends": [{"name": "bench/backend:80", "endpoints": ["127.0.0.1:$BACKEND_PORT"]}]}]}]}
-EOF
+push_route "$ADMIN_PORT" "$HOST" "$BACKEND_PORT"
 
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-user root;
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
-  upstream backend {
-    server 127.0.0.1:$BACKEND_PORT;
-    keepalive 128;
-  }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    server_name $HOST;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_buffering off;
-    }
-  }
-}
-EOF
+nginx_conf "$WORK/nginx" "$NGINX_PORT" "$HOST" "$BACKEND_PORT"
 taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
 PIDS+=($!)
 wait_port "$NGINX_PORT"

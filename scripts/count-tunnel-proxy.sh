@@ -16,38 +16,15 @@ WHAT="${2:?proxy|nginx}"
 CONNS="${3:-64}"
 BODY="${4:-empty}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-tunnel-proxy}"
+# shellcheck source=scripts/lib/tunnel-proxy-bench.sh
+source "$ROOT/scripts/lib/tunnel-proxy-bench.sh"
 BACKEND_PORT=18290
 PORT=18280
 ADMIN_PORT=18281
 HOST=bench.example.com
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need wrk || ! need nginx || ! need valgrind || ! need perf || ! need curl; then
-  echo "installing wrk, nginx, valgrind, perf, curl from Debian packages" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx valgrind linux-perf curl >/dev/null
-fi
-cargo build --release -q -p tunnel-proxy --bin tunnel-proxy --example bench-backend
-BIN="$CARGO_TARGET_DIR/release"
-
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 300); do
-    if (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2
-  exit 1
-}
+install_missing wrk=wrk nginx=nginx valgrind=valgrind perf=linux-perf curl=curl
+build_bench
 
 taskset -c 1 "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
 PIDS+=($!)
@@ -62,41 +39,9 @@ if [ "$WHAT" = proxy ]; then
     --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text 2>"$WORK/server.log" &
   SERVER=$!
   wait_port "$ADMIN_PORT"
-  curl -sf -X PUT -H 'content-type: application/json' "http://127.0.0.1:$ADMIN_PORT/config" -d @- >/dev/null <<EOF
-{"version": 1, "routes": [{"kind": "HTTPRoute", "name": "bench/bench", "hostnames": ["$HOST"],
-  "rules": [{"backends": [{"name": "bench/backend:80", "endpoints": ["127.0.0.1:$BACKEND_PORT"]}]}]}]}
-EOF
+  push_route "$ADMIN_PORT" "$HOST" "$BACKEND_PORT"
 else
-  mkdir -p "$WORK/nginx"
-  cat >"$WORK/nginx/nginx.conf" <<EOF
-user root;
-worker_processes 1;
-daemon off;
-master_process off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
-  upstream backend { server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
-  server {
-    listen 127.0.0.1:$PORT;
-    server_name $HOST;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_buffering off;
-    }
-  }
-}
-EOF
+  nginx_conf "$WORK/nginx" "$PORT" "$HOST" "$BACKEND_PORT" off
   taskset -c 0 "${WRAP[@]}" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>"$WORK/server.log" &
   SERVER=$!
 fi
