@@ -100,100 +100,22 @@ impl tower_service::Service<Uri> for BackendConnector {
         Box::pin(async move {
             let tcp = connecting.await.map_err(|e| ConnectError::Tcp(e.into()))?;
             match tls {
-                None => Ok(Conn::Plain(tcp)),
+                None => Ok(TokioIo::new(RawConn::Plain(tcp.into_inner()))),
                 Some(tls) => {
                     let stream = tls
                         .connector
                         .connect(tls.server_name, tcp.into_inner())
                         .await
                         .map_err(ConnectError::Tls)?;
-                    Ok(Conn::Tls(Box::new(TokioIo::new(stream))))
+                    Ok(TokioIo::new(RawConn::Tls(Box::new(stream))))
                 }
             }
         })
     }
 }
 
-/// A backend connection, plain or TLS.
-pub enum Conn {
-    Plain(TokioIo<TcpStream>),
-    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
-}
-
-impl Connection for Conn {
-    fn connected(&self) -> Connected {
-        match self {
-            Self::Plain(s) => s.connected(),
-            Self::Tls(s) => {
-                let (tcp, session) = s.inner().get_ref();
-                let connected = tcp.connected();
-                if session.alpn_protocol() == Some(b"h2") {
-                    connected.negotiated_h2()
-                } else {
-                    connected
-                }
-            }
-        }
-    }
-}
-
-impl hyper::rt::Read for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl hyper::rt::Write for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Plain(s) => s.is_write_vectored(),
-            Self::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-}
+/// A backend connection as hyper drives it.
+pub type Conn = TokioIo<RawConn>;
 
 // === TLS ===
 
@@ -559,19 +481,33 @@ impl EndpointPool {
     /// A new fast-path connection.
     pub(crate) async fn connect_raw(&self) -> Result<RawConn, ConnectError> {
         let mut connector = self.connector.clone();
-        Ok(
-            match tower_service::Service::call(&mut connector, self.dial.clone()).await? {
-                Conn::Plain(io) => RawConn::Plain(io.into_inner()),
-                Conn::Tls(io) => RawConn::Tls(Box::new((*io).into_inner())),
-            },
-        )
+        let conn = tower_service::Service::call(&mut connector, self.dial.clone()).await?;
+        Ok(conn.into_inner())
     }
 }
 
-/// A backend connection the HTTP/1 fast path reads and writes itself.
+/// A backend connection, plain or TLS: the HTTP/1 fast path reads and writes it itself, hyper
+/// through [`Conn`].
 pub enum RawConn {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connection for RawConn {
+    fn connected(&self) -> Connected {
+        match self {
+            Self::Plain(s) => s.connected(),
+            Self::Tls(s) => {
+                let (tcp, session) = s.get_ref();
+                let connected = tcp.connected();
+                if session.alpn_protocol() == Some(b"h2") {
+                    connected.negotiated_h2()
+                } else {
+                    connected
+                }
+            }
+        }
+    }
 }
 
 impl RawConn {
@@ -620,6 +556,24 @@ impl AsyncWrite for RawConn {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 }
