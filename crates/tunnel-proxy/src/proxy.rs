@@ -633,7 +633,7 @@ impl Forward<'_> {
         if upgrade && self.routed.upstream.protocol != crate::config::BackendProtocol::Http1 {
             warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, "upgrade request to an HTTP/2 backend refused");
             self.host_metrics.backend_error(BackendErrorReason::Upgrade);
-            return local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n").into_response();
+            return backend_failure(BackendErrorReason::Upgrade).into_response();
         }
         prepare_request_headers(
             &mut parts.headers,
@@ -693,7 +693,7 @@ impl Forward<'_> {
                     warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
                         reason = "timeout", timeout_ms = d.as_millis() as u64, "backend request failed");
                     self.host_metrics.backend_error(BackendErrorReason::Timeout);
-                    return local(StatusCode::GATEWAY_TIMEOUT, "backend timeout\n").into_response();
+                    return backend_failure(BackendErrorReason::Timeout).into_response();
                 }
             },
             None => request.await,
@@ -701,11 +701,11 @@ impl Forward<'_> {
         let mut resp = match result {
             Ok(resp) => resp,
             Err(e) => {
-                let (reason, status) = classify(&e);
+                let reason = classify(&e);
                 warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
                     reason = reason.as_str(), error = %error_chain(&e), "backend request failed");
                 self.host_metrics.backend_error(reason);
-                return local(status, "backend unavailable\n").into_response();
+                return backend_failure(reason).into_response();
             }
         };
         if let Some(client_upgrade) = client_upgrade
@@ -893,33 +893,46 @@ fn spawn_mirror(
     });
 }
 
-fn classify(e: &SendError) -> (BackendErrorReason, StatusCode) {
+/// The answer to a request whose backend exchange failed: 503 when no connection could be
+/// made (the backend is unavailable), 504 when the response head did not arrive in time, 502
+/// for a failed TLS handshake, a broken exchange or a refused upgrade.
+pub(crate) fn backend_failure(reason: BackendErrorReason) -> Local {
+    match reason {
+        BackendErrorReason::Connect => {
+            local(StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
+        }
+        BackendErrorReason::Timeout => local(StatusCode::GATEWAY_TIMEOUT, "backend timeout\n"),
+        BackendErrorReason::Tls | BackendErrorReason::Protocol => {
+            local(StatusCode::BAD_GATEWAY, "backend unavailable\n")
+        }
+        BackendErrorReason::Upgrade => local(StatusCode::BAD_GATEWAY, "backend cannot upgrade\n"),
+    }
+}
+
+fn classify(e: &SendError) -> BackendErrorReason {
     let e = match e {
-        SendError::Connect(ConnectError::Tcp(_)) => {
-            return (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE);
-        }
-        SendError::Connect(ConnectError::Tls(_)) => {
-            return (BackendErrorReason::Tls, StatusCode::BAD_GATEWAY);
-        }
-        SendError::Http1(_) => return (BackendErrorReason::Protocol, StatusCode::BAD_GATEWAY),
+        SendError::Connect(c) => return connect_reason(c),
+        SendError::Http1(_) => return BackendErrorReason::Protocol,
         SendError::Http2(e) => e,
     };
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(c) = s.downcast_ref::<ConnectError>() {
-            return match c {
-                ConnectError::Tcp(_) => {
-                    (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE)
-                }
-                ConnectError::Tls(_) => (BackendErrorReason::Tls, StatusCode::BAD_GATEWAY),
-            };
+            return connect_reason(c);
         }
         source = s.source();
     }
     if e.is_connect() {
-        (BackendErrorReason::Connect, StatusCode::SERVICE_UNAVAILABLE)
+        BackendErrorReason::Connect
     } else {
-        (BackendErrorReason::Protocol, StatusCode::BAD_GATEWAY)
+        BackendErrorReason::Protocol
+    }
+}
+
+pub(crate) fn connect_reason(e: &ConnectError) -> BackendErrorReason {
+    match e {
+        ConnectError::Tcp(_) => BackendErrorReason::Connect,
+        ConnectError::Tls(_) => BackendErrorReason::Tls,
     }
 }
 

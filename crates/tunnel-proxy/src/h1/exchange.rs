@@ -119,27 +119,10 @@ pub(super) async fn forward(
     let (backend, resp) = match result {
         Ok(answer) => answer,
         Err(failure) => {
-            let (reason, status, body) = match &failure {
-                Failure::Connect(ConnectError::Tcp(_)) => (
-                    BackendErrorReason::Connect,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "backend unavailable\n",
-                ),
-                Failure::Connect(ConnectError::Tls(_)) => (
-                    BackendErrorReason::Tls,
-                    StatusCode::BAD_GATEWAY,
-                    "backend unavailable\n",
-                ),
-                Failure::Protocol(_) => (
-                    BackendErrorReason::Protocol,
-                    StatusCode::BAD_GATEWAY,
-                    "backend unavailable\n",
-                ),
-                Failure::Timeout(_) => (
-                    BackendErrorReason::Timeout,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "backend timeout\n",
-                ),
+            let reason = match &failure {
+                Failure::Connect(e) => proxy::connect_reason(e),
+                Failure::Protocol(_) => BackendErrorReason::Protocol,
+                Failure::Timeout(_) => BackendErrorReason::Timeout,
             };
             match &failure {
                 Failure::Timeout(d) => warn!(route = %rule.route, backend = %routed.backend.name,
@@ -153,7 +136,7 @@ pub(super) async fn forward(
             }
             done.host.backend_error(reason);
             bufs.backend.clear();
-            let answer = proxy::local(status, body);
+            let answer = proxy::backend_failure(reason);
             return answer_locally(client, answer, routed, done, bufs).await;
         }
     };
@@ -172,7 +155,7 @@ pub(super) async fn forward(
                     reason = "protocol", "backend response has a field that cannot be represented");
                 done.host.backend_error(BackendErrorReason::Protocol);
                 bufs.backend.clear();
-                let answer = proxy::local(StatusCode::BAD_GATEWAY, "backend unavailable\n");
+                let answer = proxy::backend_failure(BackendErrorReason::Protocol);
                 return answer_locally(client, answer, routed, done, bufs).await;
             }
         },
