@@ -6,11 +6,16 @@
 # proxy's memory while it holds WATCHES idle watches. Prints a table with ratios to (a) and (b).
 #
 #   scripts/bench-resource-proxy.sh
-#   DURATION=3 CONCURRENCY=8 WATCHES=2000 ACCESS=all scripts/bench-resource-proxy.sh
+#   DURATION=3 CONCURRENCY=8 WATCHES=2000 ACCESS=all REPEAT=1 scripts/bench-resource-proxy.sh
+#
+# Each cell runs the four paths one after the other, REPEAT times (default 3), and prints the
+# median of each figure (a shared machine drifts; interleaving spreads the drift over all four).
 #
 # ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
 # for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
 # The machine's load average is printed before and after the cells (shared machines skew them).
+# For (b) and (c) the CPU time (user + system, from /proc) and the context switches of the nginx
+# and proxy processes per request are printed beside each cell.
 #
 # The load generator is the `rp-load` example of the resource-proxy crate (client certificates).
 # nginx (and its stream module) come from Debian's packages, installed when missing.
@@ -21,6 +26,7 @@ DURATION="${DURATION:-5}"
 CONCURRENCY="${CONCURRENCY:-16}"
 WATCHES="${WATCHES:-10000}"
 HOLD="${HOLD:-10}"
+REPEAT="${REPEAT:-3}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-resource-proxy}"
 PROXY_PORT=19100
 METRICS_PORT=19190
@@ -141,8 +147,22 @@ stream {
 }
 CONF
 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
-PIDS+=($!)
+NGINX_PID=$!
+PIDS+=($NGINX_PID)
 wait_for "nginx" 20 port_open "$NGINX_PORT"
+
+# "<CPU ticks> <context switches>" of a process and its children, all threads.
+usage() {
+  local ticks=0 switches=0 pid task
+  for pid in "$1" $(pgrep -P "$1" || true); do
+    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    for task in /proc/"$pid"/task/*; do
+      switches=$((switches + $(awk '/ctxt_switches/ {n += $2} END {print n}' "$task/status")))
+    done
+  done
+  echo "$ticks $switches"
+}
+HZ="$(getconf CLK_TCK)"
 
 TARGET_AUTH=(--cert "$TPKI/admin.crt" --key "$TPKI/admin.key")
 FRONT_AUTH=(--cert "$CPKI/front-proxy-client.crt" --key "$CPKI/front-proxy-client.key"
@@ -157,34 +177,58 @@ run() { # mode(a|b|c|d) kind(get|list) conns
     c) url="https://127.0.0.1:$PROXY_PORT$(path "$2")"; auth=("${FRONT_AUTH[@]}") ;;
     d) url="https://127.0.0.1:$CPORT$(path "$2")"; auth=("${CLIENT_AUTH[@]}") ;;
   esac
-  "$BIN/examples/rp-load" get "$url" "${auth[@]}" --concurrency "$3" --duration "$DURATION"
+  local pid="" before after out
+  case "$1" in b) pid="$NGINX_PID" ;; c) pid="$PROXY_PID" ;; esac
+  [ -n "$pid" ] && before="$(usage "$pid")"
+  out="$("$BIN/examples/rp-load" get "$url" "${auth[@]}" --concurrency "$3" --duration "$DURATION")"
+  if [ -n "$pid" ]; then
+    after="$(usage "$pid")"
+    out="$out $(awk -v b="$before" -v a="$after" -v hz="$HZ" -v out="$out" 'BEGIN {
+      split(b, x, " "); split(a, y, " "); n = out; sub(/.*requests=/, "", n); n += 0
+      printf "cpu_us=%.0f cs=%.1f", n ? (y[1] - x[1]) / hz * 1e6 / n : 0, n ? (y[2] - x[2]) / n : 0 }')"
+  fi
+  echo "$out"
 }
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-echo "GET/LIST: $DURATION s per cell, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
-printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+echo "GET/LIST: $DURATION s per run, median of $REPEAT interleaved runs, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
+printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors | CPU µs/req b / c | ctx switches/req b / c |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for kind in get list; do
   # Warm-up (connections, caches).
   for m in a b c d; do DURATION=1 run "$m" "$kind" 2 >/dev/null; done
   for conns in 1 "$CONCURRENCY"; do
     declare -A R
     errors=0
-    for m in a b c d; do
-      R[$m]="$(run "$m" "$kind" "$conns")"
-      errors=$((errors + $(field errors "${R[$m]}")))
+    for ((r = 0; r < REPEAT; r++)); do
+      for m in a b c d; do
+        out="$(run "$m" "$kind" "$conns")"
+        R[$m]+="$out;"
+        errors=$((errors + $(field errors "$out")))
+      done
     done
     awk -v kind="$kind" -v conns="$conns" -v errors="$errors" \
       -v a="${R[a]}" -v b="${R[b]}" -v c="${R[c]}" -v d="${R[d]}" '
-      function f(s, k,   n, i, kv) { n = split(s, kv, " "); for (i = 1; i <= n; i++) { split(kv[i], p, "="); if (p[1] == k) return p[2] } return "nan" }
+      # The median over the runs (";"-separated) of field k.
+      function f(s, k,   runs, r, n, i, kv, p, v, m, j, t) {
+        runs = split(s, r, ";"); m = 0
+        for (j = 1; j <= runs; j++) {
+          n = split(r[j], kv, " ")
+          for (i = 1; i <= n; i++) { split(kv[i], p, "="); if (p[1] == k) v[++m] = p[2] + 0 }
+        }
+        if (m == 0) return "nan"
+        for (i = 2; i <= m; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+        return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+      }
       BEGIN {
         added_c = f(c, "p50_ms") - f(a, "p50_ms"); added_b = f(b, "p50_ms") - f(a, "p50_ms");
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s |\n",
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s | %s / %s | %s / %s |\n",
           kind, conns, f(a,"rps"), f(a,"p50_ms"), f(a,"p99_ms"), f(b,"rps"), f(b,"p50_ms"), f(b,"p99_ms"),
           f(c,"rps"), f(c,"p50_ms"), f(c,"p99_ms"), f(d,"rps"), f(d,"p50_ms"), f(d,"p99_ms"),
           f(c,"rps") / f(a,"rps"), f(c,"rps") / f(b,"rps"),
-          (added_b > 0 ? sprintf("%.2f", added_c / added_b) : "n/a"), errors
+          (added_b > 0 ? sprintf("%.2f", added_c / added_b) : "n/a"), errors,
+          f(b,"cpu_us"), f(c,"cpu_us"), f(b,"cs"), f(c,"cs")
       }'
     unset R
   done

@@ -220,7 +220,8 @@ async fn get(a: Arc<Args>) {
             .unwrap_or(f64::NAN)
     };
     println!(
-        "rps={:.0} p50_ms={:.3} p99_ms={:.3} errors={errors}",
+        "requests={} rps={:.0} p50_ms={:.3} p99_ms={:.3} errors={errors}",
+        all.len(),
         all.len() as f64 / a.duration as f64,
         pct(0.50),
         pct(0.99)

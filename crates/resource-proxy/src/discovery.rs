@@ -10,7 +10,7 @@ use std::sync::RwLock;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use crate::config::{GroupVersionListener, Resources};
@@ -52,7 +52,7 @@ impl Discovery {
         let path = format!("/apis/{}/{}", self.group, self.version);
         let req = Request::get(path.as_str())
             .header(http::header::ACCEPT, "application/json")
-            .body(Full::new(Bytes::new()))
+            .body(Bytes::new())
             .expect("static request");
         let why = match target.send(req).await {
             Ok(resp) if resp.status() == StatusCode::OK => match resp.into_body().collect().await {
@@ -182,7 +182,7 @@ impl Discovery {
         let key = format!("apis/{}/{}", self.group, self.version);
         let req = Request::get("/openapi/v3")
             .header(http::header::ACCEPT, "application/json")
-            .body(Full::new(Bytes::new()))
+            .body(Bytes::new())
             .expect("static request");
         let mut paths = serde_json::Map::new();
         if let Ok(resp) = target.send(req).await

@@ -556,7 +556,7 @@ async fn owned_get(
             return Outcome {
                 response: Response::from_parts(
                     parts,
-                    body.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
+                    body.boxed_unsync(),
                 ),
                 verb: verb.to_owned(),
                 reason: "upstream",
@@ -697,7 +697,7 @@ fn new_create_id() -> String {
 /// caller gets 201 with it; not found, 503 (the create did not happen, a retry is safe).
 async fn forward_create(
     ctx: &Listener,
-    req: Request<Full<Bytes>>,
+    req: Request<Bytes>,
     path: &str,
     collection: &str,
     id: &str,
@@ -782,7 +782,7 @@ async fn find_created(ctx: &Listener, collection: &str, id: &str) -> Result<Opti
         form_urlencoded::byte_serialize(format!("{CREATE_ID_LABEL}={id}").as_bytes()).collect();
     let req = Request::get(format!("{collection}?labelSelector={selector}"))
         .header(header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
         .expect("valid request");
     let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
     let status = resp.status();
@@ -818,7 +818,7 @@ fn target_request(
     path_and_query: &str,
     headers: &HeaderMap,
     body: Bytes,
-) -> Request<Full<Bytes>> {
+) -> Request<Bytes> {
     let mut builder = Request::builder().method(method).uri(path_and_query);
     for (name, value) in headers {
         if name == header::ACCEPT {
@@ -827,7 +827,7 @@ fn target_request(
             builder = builder.header(name, value);
         }
     }
-    builder.body(Full::new(body)).expect("valid request parts")
+    builder.body(body).expect("valid request parts")
 }
 
 /// Sends a request to the target and streams its answer back.
@@ -843,7 +843,8 @@ async fn forward(
 ) -> Outcome {
     let req = target_request(method, path_and_query, headers, body);
     if watch {
-        return answer(ctx, ctx.target.send(req).await, path_and_query, verb, true).await;
+        let req = req.map(Full::new);
+        return answer(ctx, ctx.target.watch(req).await, path_and_query, verb, true).await;
     }
     // RP-12: a non-watch request and its response get 60 s end to end.
     match tokio::time::timeout(REQUEST_DEADLINE, async {
@@ -929,7 +930,7 @@ async fn answer(
                 let body = if is_json(&parts.headers) {
                     restore_watch_stream(body)
                 } else {
-                    body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+                    body.boxed_unsync()
                 };
                 let label = TargetLabels {
                     target: ctx.target.name().to_owned(),
@@ -985,7 +986,7 @@ async fn answer(
                     }
                 }
             } else {
-                body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+                body.boxed_unsync()
             };
             Outcome {
                 response: Response::from_parts(parts, body),
@@ -1086,7 +1087,7 @@ fn restore_watch_stream(body: TargetBody) -> ProxyBody {
                         Ok(data) => buf.extend_from_slice(&data),
                         Err(other) => return Some((Ok(other), (body, buf, false))),
                     },
-                    Some(Err(e)) => return Some((Err(Box::new(e) as BoxError), (body, buf, true))),
+                    Some(Err(e)) => return Some((Err(e), (body, buf, true))),
                     None if buf.is_empty() => return None,
                     None => {
                         let rest = buf.split().freeze();
@@ -1130,7 +1131,7 @@ async fn read_object(ctx: &Listener, info: &RequestInfo) -> Result<Option<Value>
     }
     let req = Request::get(path.as_str())
         .header(header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
         .expect("valid request");
     let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
     match resp.status() {
@@ -1165,7 +1166,7 @@ fn is_terminating(ns: &Namespace) -> bool {
 async fn ensure_target_namespace(ctx: &Listener, ns: &str) -> Result<(), String> {
     let get = Request::get(format!("/api/v1/namespaces/{ns}"))
         .header(header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
         .expect("valid request");
     let resp = ctx.target.send(get).await.map_err(|e| e.to_string())?;
     match resp.status() {
@@ -1182,7 +1183,7 @@ async fn ensure_target_namespace(ctx: &Listener, ns: &str) -> Result<(), String>
     let post = Request::post("/api/v1/namespaces")
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Bytes::from(body.to_string()))
         .expect("valid request");
     let resp = ctx.target.send(post).await.map_err(|e| e.to_string())?;
     match resp.status() {

@@ -17,13 +17,15 @@
 //!   [`handler`]: the request path (RP-5 to RP-8, RP-12); [`discovery`]: discovery with local
 //!   fallback (RP-13); [`owner_refs`]: client owner references kept out of the target's
 //!   garbage collector (RP-8); [`target`]: the connection to a target, over [`peers`] (health,
-//!   quarantine, staleness) fed by a static list or [`peer_source`] (EndpointSlices), and
-//!   [`pool`] (multiplexed HTTP/2 connections); [`metrics`]: RP-15.
+//!   quarantine, staleness) fed by a static list or [`peer_source`] (EndpointSlices),
+//!   [`exchange`] (requests and whole answers over pooled HTTP/1.1 connections) and [`pool`]
+//!   (watches on multiplexed HTTP/2 connections); [`metrics`]: RP-15.
 
 pub mod caller_auth;
 pub mod config;
 pub mod discovery;
 mod dns;
+pub mod exchange;
 pub mod handler;
 pub mod labels;
 pub mod metrics;

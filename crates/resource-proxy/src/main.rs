@@ -266,9 +266,7 @@ async fn check_identity(target: &TargetClient, expected: &str) {
         serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
     let req = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(
-            review.to_string(),
-        )))
+        .body(bytes::Bytes::from(review.to_string()))
         .expect("valid request");
     let answer = async {
         use http_body_util::BodyExt;

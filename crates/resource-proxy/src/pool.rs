@@ -1,6 +1,7 @@
-//! The connections to a target's peers. kube-apiserver offers HTTP/2 (ALPN `h2`), so requests
-//! and watches share a few multiplexed connections per peer instead of one TLS connection each;
-//! a peer that offers only HTTP/1.1 gets one request per connection at a time.
+//! The streamed connections to a target's peers, which carry the watches (other requests go
+//! through [`crate::exchange`]). kube-apiserver offers HTTP/2 (ALPN `h2`), so watches share a
+//! few multiplexed connections per peer instead of one TLS connection each; a peer that offers
+//! only HTTP/1.1 gets one watch per connection.
 //!
 //! A request reserves a stream on the first connection of its peer with room, and holds it
 //! until its answer has been read or dropped ([`TargetBody`]). When no connection has room, a
@@ -33,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::PeerAddress;
+use crate::exchange::ExchangeError;
 
 /// Concurrent requests (watches included) per HTTP/2 connection. kube-apiserver announces
 /// 1000 (`--http2-max-streams-per-connection`), other API servers built on the generic server
@@ -54,15 +56,18 @@ pub struct DialError {
 /// A dial in progress: TCP and TLS to one peer, ALPN offered `h2` and `http/1.1`.
 pub type Dial = BoxFuture<'static, Result<TlsStream<TcpStream>, DialError>>;
 
-/// Why [`Pool::send`] failed.
+/// A boxed error of a body or connection.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why [`Pool::send`] (or [`crate::exchange::Exchanges::send`]) failed.
 #[derive(Debug)]
 pub enum SendError {
     /// No connection: the dial failed.
     Dial(DialError),
     /// The connections closed before the request could be written.
-    NotSent(hyper::Error),
+    NotSent(BoxError),
     /// The request was (possibly) written; the exchange then failed.
-    Sent(hyper::Error),
+    Sent(BoxError),
 }
 
 /// The pooled connections of one target, by peer.
@@ -176,11 +181,28 @@ impl Drop for Reservation {
     }
 }
 
-/// The body of a target's answer. Holds its stream on the connection until it is read to the
-/// end or dropped.
-pub struct TargetBody {
-    inner: Incoming,
-    _reservation: Reservation,
+/// The body of a target's answer: a stream on an HTTP/2 connection, held until it is read to
+/// the end or dropped, or an answer read whole ([`crate::exchange`]).
+pub struct TargetBody(Kind);
+
+enum Kind {
+    Stream {
+        inner: Incoming,
+        _reservation: Reservation,
+    },
+    Whole(Option<Bytes>),
+    /// The head came, the body broke off: the error is the body's one frame.
+    Broken(Option<ExchangeError>),
+}
+
+impl TargetBody {
+    pub(crate) fn whole(body: Bytes) -> Self {
+        Self(Kind::Whole(Some(body).filter(|b| !b.is_empty())))
+    }
+
+    pub(crate) fn broken(e: ExchangeError) -> Self {
+        Self(Kind::Broken(Some(e)))
+    }
 }
 
 impl std::fmt::Debug for TargetBody {
@@ -191,21 +213,33 @@ impl std::fmt::Debug for TargetBody {
 
 impl Body for TargetBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.0 {
+            Kind::Stream { inner, .. } => Pin::new(inner).poll_frame(cx).map_err(Into::into),
+            Kind::Whole(body) => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Broken(e) => Poll::Ready(e.take().map(|e| Err(e.into()))),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.0 {
+            Kind::Stream { inner, .. } => inner.is_end_stream(),
+            Kind::Whole(body) => body.is_none(),
+            Kind::Broken(e) => e.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.0 {
+            Kind::Stream { inner, .. } => inner.size_hint(),
+            Kind::Whole(body) => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Broken(_) => SizeHint::default(),
+        }
     }
 }
 
@@ -263,9 +297,11 @@ impl Pool {
             };
             match sent {
                 Ok(resp) => {
-                    return Ok(resp.map(|inner| TargetBody {
-                        inner,
-                        _reservation: reservation,
+                    return Ok(resp.map(|inner| {
+                        TargetBody(Kind::Stream {
+                            inner,
+                            _reservation: reservation,
+                        })
                     }));
                 }
                 Err(mut e) => match e.take_message() {
@@ -274,12 +310,12 @@ impl Pool {
                         attempts += 1;
                         last = Some(e.into_error());
                     }
-                    None => return Err(SendError::Sent(e.into_error())),
+                    None => return Err(SendError::Sent(e.into_error().into())),
                 },
             }
         }
         match last {
-            Some(e) => Err(SendError::NotSent(e)),
+            Some(e) => Err(SendError::NotSent(e.into())),
             None => Err(SendError::Dial(DialError {
                 timeout: false,
                 message: "every connection closed before the request was sent".into(),

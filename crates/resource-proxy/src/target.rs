@@ -2,9 +2,11 @@
 //! credential that maps to the client's identity there, and the choice of a peer (round-robin
 //! over the configured peers).
 //!
-//! Everything the proxy sends to a target goes through [`TargetClient::send`]: peer choice and
-//! health (RP-10) live behind it, over the pooled HTTP/2 connections of [`crate::pool`]; an
-//! EndpointSlice peer source ([`crate::peer_source`]) publishes into its peer set.
+//! Everything the proxy sends to a target goes through [`TargetClient::send`] (answers read
+//! whole, over the HTTP/1.1 connections of [`crate::exchange`]) or [`TargetClient::watch`]
+//! (streamed, over the HTTP/2 connections of [`crate::pool`]): peer choice and health (RP-10)
+//! live behind them; an EndpointSlice peer source ([`crate::peer_source`]) publishes into its
+//! peer set.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +20,20 @@ use http_body_util::Full;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
+use crate::exchange::Exchanges;
 use crate::metrics::{Metrics, PeerStateLabels, ReasonLabels, TargetLabels};
 use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Pick, Transition};
 pub use crate::pool::TargetBody;
-use crate::pool::{Dial, DialError, Pool, SendError};
+use crate::pool::{BoxError, Dial, DialError, Pool, SendError};
+
+/// A request on its way to a peer.
+#[derive(Clone, Copy)]
+enum Outgoing<'a> {
+    /// Answer read whole.
+    Whole(&'a Request<Bytes>),
+    /// Answer streamed (a watch).
+    Stream(&'a Request<Full<Bytes>>),
+}
 
 /// Why a target could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -52,14 +64,14 @@ pub enum TargetError {
         target: String,
         peer: String,
         #[source]
-        source: hyper::Error,
+        source: BoxError,
     },
     #[error("target {target}: request to {peer} failed: {source}")]
     Request {
         target: String,
         peer: String,
         #[source]
-        source: hyper::Error,
+        source: BoxError,
     },
     #[error("invalid request URI {0}")]
     Uri(String),
@@ -76,7 +88,11 @@ struct Inner {
     peers: Arc<PeerSet>,
     observer: Arc<Observer>,
     pool: Pool,
+    exchanges: Exchanges,
+    /// ALPN `h2` and `http/1.1`, for the watches' connections.
     tls: tokio_rustls::TlsConnector,
+    /// ALPN `http/1.1` only, for the other requests' connections.
+    tls_http1: tokio_rustls::TlsConnector,
     server_name: ServerName<'static>,
     /// Headers every request carries: bearer token and impersonation.
     auth_headers: Vec<(http::HeaderName, HeaderValue)>,
@@ -173,6 +189,8 @@ impl TargetClient {
             }
         };
 
+        let mut tls_http1 = tls.clone();
+        tls_http1.alpn_protocols = vec![b"http/1.1".to_vec()];
         // HTTP/2 where the peer offers it (kube-apiserver does): watches share connections.
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let server_name = ServerName::try_from(target.server_name.clone())
@@ -191,7 +209,9 @@ impl TargetClient {
                 peers,
                 observer,
                 pool: Pool::default(),
+                exchanges: Exchanges::default(),
                 tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+                tls_http1: tokio_rustls::TlsConnector::from(Arc::new(tls_http1)),
                 server_name,
                 auth_headers,
             }),
@@ -203,14 +223,29 @@ impl TargetClient {
         &self.inner.name
     }
 
-    /// Sends `req` (whose URI is a path and query) to the next peer, with the proxy's
-    /// credential. The response body streams. When no connection to the peer can be had (the
-    /// dial failed: nothing of the request was sent), it is tried once more on another healthy
-    /// peer, whatever its verb.
-    pub async fn send(
+    /// Sends `req` (whose URI is a path and query) to the next peer with the proxy's
+    /// credential, and reads the whole answer (a non-watch request: over HTTP/1.1, in this task,
+    /// see [`crate::exchange`]). When no connection to the peer can be had (the dial failed:
+    /// nothing of the request was sent), it is tried once more on another healthy peer,
+    /// whatever its verb.
+    pub async fn send(&self, req: Request<Bytes>) -> Result<Response<TargetBody>, TargetError> {
+        self.on_a_peer(Outgoing::Whole(&req)).await
+    }
+
+    /// Like [`TargetClient::send`], for a watch: the answer streams, on a shared HTTP/2
+    /// connection ([`crate::pool`]).
+    pub async fn watch(
         &self,
         mut req: Request<Full<Bytes>>,
     ) -> Result<Response<TargetBody>, TargetError> {
+        let headers = req.headers_mut();
+        for (k, v) in &self.inner.auth_headers {
+            headers.append(k.clone(), v.clone());
+        }
+        self.on_a_peer(Outgoing::Stream(&req)).await
+    }
+
+    async fn on_a_peer(&self, req: Outgoing<'_>) -> Result<Response<TargetBody>, TargetError> {
         let inner = &self.inner;
         let pick = inner.peers.pick().map_err(|why| {
             tracing::warn!(target = %inner.name, reason = why.reason(), "no peer of the target can be used; failing at once");
@@ -219,23 +254,13 @@ impl TargetClient {
                 why,
             }
         })?;
-        let path_and_query = req
-            .uri()
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let headers = req.headers_mut();
-        for (k, v) in &inner.auth_headers {
-            headers.append(k.clone(), v.clone());
-        }
-        let retry = req.clone();
-        match self.send_to(&pick, req, &path_and_query).await {
+        match self.send_to(&pick, req).await {
             Err(e) if e.is_dial_failure() => {
                 let Some(other) = inner.peers.pick_other(&pick.addr) else {
                     return Err(e);
                 };
                 tracing::info!(target = %inner.name, failed = %pick.addr, retry = %other.addr, error = %e, "dial failed; trying the request once on another peer");
-                self.send_to(&other, retry, &path_and_query).await
+                self.send_to(&other, req).await
             }
             result => result,
         }
@@ -244,22 +269,39 @@ impl TargetClient {
     async fn send_to(
         &self,
         pick: &Pick,
-        mut req: Request<Full<Bytes>>,
-        path_and_query: &PathAndQuery,
+        req: Outgoing<'_>,
     ) -> Result<Response<TargetBody>, TargetError> {
         let inner = &self.inner;
         let peer = pick.addr.to_string();
-        // From parts: the path and query were parsed when the request was built.
-        let mut uri = uri::Parts::default();
-        uri.scheme = Some(Scheme::HTTPS);
-        let invalid = || TargetError::Uri(path_and_query.to_string());
-        uri.authority = Some(Authority::try_from(peer.as_str()).map_err(|_| invalid())?);
-        uri.path_and_query = Some(path_and_query.clone());
-        *req.uri_mut() = Uri::from_parts(uri).map_err(|_| invalid())?;
-        let result = inner
-            .pool
-            .send(&pick.addr, req, || self.dial(pick.addr.clone()))
-            .await;
+        let result = match req {
+            Outgoing::Whole(req) => {
+                inner
+                    .exchanges
+                    .send(&pick.addr, &peer, req, &inner.auth_headers, || {
+                        self.dial(pick.addr.clone(), &inner.tls_http1)
+                    })
+                    .await
+            }
+            Outgoing::Stream(req) => {
+                let path_and_query = req
+                    .uri()
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/"));
+                // From parts: the path and query were parsed when the request was built.
+                let mut uri = uri::Parts::default();
+                uri.scheme = Some(Scheme::HTTPS);
+                let invalid = || TargetError::Uri(path_and_query.to_string());
+                uri.authority = Some(Authority::try_from(peer.as_str()).map_err(|_| invalid())?);
+                uri.path_and_query = Some(path_and_query.clone());
+                let mut req = req.clone();
+                *req.uri_mut() = Uri::from_parts(uri).map_err(|_| invalid())?;
+                inner
+                    .pool
+                    .send(&pick.addr, req, || self.dial(pick.addr.clone(), &inner.tls))
+                    .await
+            }
+        };
         // A half-open trial may ride on a pooled connection (no dial to observe): the request's
         // own outcome then decides.
         if pick.trial {
@@ -295,8 +337,8 @@ impl TargetClient {
 
     /// Starts a dial of `addr`: TCP and TLS within [`DIAL_TIMEOUT`], the outcome reported to
     /// the peer set and the dial metrics.
-    fn dial(&self, addr: PeerAddress) -> Dial {
-        let tls = self.inner.tls.clone();
+    fn dial(&self, addr: PeerAddress, tls: &tokio_rustls::TlsConnector) -> Dial {
+        let tls = tls.clone();
         let server_name = self.inner.server_name.clone();
         let observer = self.inner.observer.clone();
         async move {
@@ -340,9 +382,9 @@ impl TargetClient {
         .boxed()
     }
 
-    /// Open connections (or dials) to `addr`.
+    /// Open connections (or dials) to `addr`: the streamed ones and the idle HTTP/1.1 ones.
     pub fn connections(&self, addr: &PeerAddress) -> usize {
-        self.inner.pool.connections(addr)
+        self.inner.pool.connections(addr) + self.inner.exchanges.idle_connections(addr)
     }
 
     /// The peer set (health and staleness).

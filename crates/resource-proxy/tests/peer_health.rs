@@ -1,7 +1,9 @@
 //! Peer health through the real connector (TCP + TLS), with tokio's paused clock: a peer that
 //! accepts TCP but never completes TLS and a peer that never answers each count as dial failures
 //! after 5 s; three quarantine the host; with no selectable host, requests fail at once. A
-//! request whose dial fails is tried once more on another peer.
+//! request whose dial fails is tried once more on another peer. Requests share idle HTTP/1.1
+//! connections, and a connection the peer closes is handled as HTTP clients must: not reused
+//! once seen closed, a repeatable request sent again, a write never repeated.
 
 use std::time::Duration;
 
@@ -72,9 +74,7 @@ async fn silent_peer() -> (PeerAddress, tokio::task::JoinHandle<()>) {
 }
 
 async fn get(client: &TargetClient) -> Result<u16, TargetError> {
-    let req = http::Request::get("/version")
-        .body(Full::new(Bytes::new()))
-        .unwrap();
+    let req = http::Request::get("/version").body(Bytes::new()).unwrap();
     client.send(req).await.map(|r| r.status().as_u16())
 }
 
@@ -163,17 +163,7 @@ fn dial_failures(client: &TargetClient, reason: &str) -> u64 {
 
 /// A TLS peer (HTTP/2 or HTTP/1.1 by ALPN) answering 200 to everything.
 async fn answering_peer(ca: &test_cluster::pki::Authority) -> PeerAddress {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-    let cert = ca.serving_cert(&["localhost"], &[]).unwrap();
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
-            PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let acceptor = tls_acceptor(ca);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -227,6 +217,179 @@ async fn a_request_whose_dial_is_refused_is_answered_by_the_other_peer() {
     assert_eq!(
         client.connections(&answering),
         1,
-        "every request rode on one HTTP/2 connection"
+        "every request rode on one (HTTP/1.1) connection"
+    );
+}
+
+fn tls_acceptor(ca: &test_cluster::pki::Authority) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let cert = ca.serving_cert(&["localhost"], &[]).unwrap();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
+/// What a [`scripted_peer`] saw: connections accepted, and the request lines read.
+#[derive(Default)]
+struct Seen {
+    connections: usize,
+    requests: Vec<String>,
+}
+
+/// A TLS peer speaking raw HTTP/1.1 that answers the first `answered` requests of each
+/// connection with 200, then closes the connection: at once, or (`read_one_more`) after reading
+/// one more request it leaves unanswered (as a server restarting or timing the connection out
+/// does).
+async fn scripted_peer(
+    ca: &test_cluster::pki::Authority,
+    answered: usize,
+    read_one_more: bool,
+) -> (PeerAddress, std::sync::Arc<std::sync::Mutex<Seen>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let acceptor = tls_acceptor(ca);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            let seen = record.clone();
+            seen.lock().unwrap().connections += 1;
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let requests = if read_one_more {
+                    answered + 1
+                } else {
+                    answered
+                };
+                for n in 0..requests {
+                    // One request: a head (these requests have no body but the POST's `{}`).
+                    let line = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                            let body = if head.contains("content-length: 2") {
+                                2
+                            } else {
+                                0
+                            };
+                            while buf.len() < end + 4 + body {
+                                let mut more = [0u8; 4096];
+                                let k = tls.read(&mut more).await.unwrap_or(0);
+                                if k == 0 {
+                                    return;
+                                }
+                                buf.extend_from_slice(&more[..k]);
+                            }
+                            buf.drain(..end + 4 + body);
+                            break head.lines().next().unwrap_or_default().to_owned();
+                        }
+                        let mut more = [0u8; 4096];
+                        match tls.read(&mut more).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&more[..k]),
+                        }
+                    };
+                    seen.lock().unwrap().requests.push(line);
+                    if n == answered {
+                        break;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                    if tls.write_all(answer).await.is_err() || tls.flush().await.is_err() {
+                        return;
+                    }
+                }
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (
+        PeerAddress {
+            host: "127.0.0.1".into(),
+            port,
+        },
+        seen,
+    )
+}
+
+fn client_of(f: &mut Fixture, peer: &PeerAddress) -> TargetClient {
+    f.target.peers = PeerSource::Static(vec![peer.clone()]);
+    TargetClient::new(&target_ref(), &f.target).unwrap()
+}
+
+#[tokio::test]
+async fn requests_in_turn_share_one_connection() {
+    let mut f = fixture(vec![]);
+    let (peer, seen) = scripted_peer(&f.ca, usize::MAX, false).await;
+    let client = client_of(&mut f, &peer);
+    for i in 0..5 {
+        assert_eq!(get(&client).await.unwrap(), 200, "request {i}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!((seen.connections, seen.requests.len()), (1, 5));
+    assert_eq!(client.connections(&peer), 1);
+}
+
+#[tokio::test]
+async fn a_connection_the_peer_closed_while_idle_is_not_used_again() {
+    let mut f = fixture(vec![]);
+    let (peer, seen) = scripted_peer(&f.ca, 1, false).await;
+    let client = client_of(&mut f, &peer);
+    assert_eq!(get(&client).await.unwrap(), 200);
+    // The peer has closed the idle connection; a write (never sent twice) must not be put on it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(client.send(post()).await.unwrap().status(), 200);
+    assert_eq!(seen.lock().unwrap().connections, 2);
+}
+
+fn post() -> http::Request<Bytes> {
+    http::Request::post("/apis/example.test/v1/namespaces/a/widgets")
+        .header("content-type", "application/json")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_get_whose_connection_closes_before_any_answer_is_sent_again_on_a_new_one() {
+    let mut f = fixture(vec![]);
+    let (peer, seen) = scripted_peer(&f.ca, 1, true).await;
+    let client = client_of(&mut f, &peer);
+    assert_eq!(get(&client).await.unwrap(), 200);
+    // Sent on the idle connection, which the peer closes unanswered: sent again on a new one.
+    assert_eq!(get(&client).await.unwrap(), 200);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.connections, 2);
+    assert_eq!(seen.requests, vec!["GET /version HTTP/1.1"; 3]);
+}
+
+#[tokio::test]
+async fn a_write_whose_connection_closes_before_any_answer_is_not_sent_again() {
+    let mut f = fixture(vec![]);
+    let (peer, seen) = scripted_peer(&f.ca, 1, true).await;
+    let client = client_of(&mut f, &peer);
+    assert_eq!(get(&client).await.unwrap(), 200);
+    let err = client.send(post()).await.unwrap_err();
+    assert!(
+        err.may_have_been_sent(),
+        "the caller must learn the write may have happened: {err}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.requests
+            .iter()
+            .filter(|l| l.starts_with("POST"))
+            .count(),
+        1,
+        "the POST reached the peer once: {:?}",
+        seen.requests
     );
 }

@@ -176,11 +176,7 @@ async fn the_cached_peer_list_is_used_for_sixty_seconds_after_the_watch_drops_th
     assert_eq!(client.peers().pick().unwrap_err(), NoPeer::Stale);
     let started = Instant::now();
     let err = client
-        .send(
-            http::Request::get("/version")
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
+        .send(http::Request::get("/version").body(Bytes::new()).unwrap())
         .await
         .unwrap_err();
     assert!(
