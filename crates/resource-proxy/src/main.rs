@@ -51,6 +51,12 @@ enum Cmd {
     CheckConfig { file: PathBuf },
 }
 
+// Every request allocates a few small objects (buffers, header maps, futures, the answer);
+// mimalloc's per-thread free lists serve them in fewer instructions than glibc's malloc.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
