@@ -62,16 +62,18 @@ if [ "$MODE" = instructions ]; then
   echo "$WHAT $CONNS conns $BODY: $n requests, $ir instructions, $((ir / n)) per request"
 else
   cpu0="$(awk '{print $14 + $15}' "/proc/$SERVER/stat")"
-  perf stat -e raw_syscalls:sys_enter,context-switches -p "$SERVER" -o "$WORK/perf.txt" -- sleep 5 &
+  perf stat -e raw_syscalls:sys_enter,context-switches,page-faults,cpu-migrations -p "$SERVER" -o "$WORK/perf.txt" -- sleep 5 &
   STAT=$!
   n="$(load 5s | requests)"
   wait "$STAT" || true
   cpu1="$(awk '{print $14 + $15}' "/proc/$SERVER/stat")"
   sc="$(awk '/raw_syscalls:sys_enter/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
   cs="$(awk '/context-switches/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
+  pf="$(awk '/page-faults/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
+  mig="$(awk '/cpu-migrations/ {gsub(",", "", $1); print $1}' "$WORK/perf.txt")"
   tick="$(getconf CLK_TCK)"
-  awk -v w="$WHAT" -v c="$CONNS" -v b="$BODY" -v n="$n" -v sc="$sc" -v cs="$cs" \
+  awk -v w="$WHAT" -v c="$CONNS" -v b="$BODY" -v n="$n" -v sc="$sc" -v cs="$cs" -v pf="$pf" -v mig="$mig" \
     -v t0="$cpu0" -v t1="$cpu1" -v hz="$tick" 'BEGIN {
-      printf "%s %s conns %s: %d requests, %.2f system calls, %.2f context switches, %.1f us CPU per request\n",
-        w, c, b, n, sc / n, cs / n, (t1 - t0) / hz * 1e6 / n }'
+      printf "%s %s conns %s: %d requests, %.2f system calls, %.2f context switches, %.1f us CPU per request; %d page faults, %d CPU migrations in all\n",
+        w, c, b, n, sc / n, cs / n, (t1 - t0) / hz * 1e6 / n, pf, mig }'
 fi

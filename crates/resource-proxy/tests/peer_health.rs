@@ -321,34 +321,46 @@ async fn scripted_peer(
     )
 }
 
-fn client_of(f: &mut Fixture, peer: &PeerAddress) -> TargetClient {
+/// A client of one [`scripted_peer`] that has had its first request answered.
+struct Scripted {
+    _fixture: Fixture,
+    peer: PeerAddress,
+    seen: std::sync::Arc<std::sync::Mutex<Seen>>,
+    client: TargetClient,
+}
+
+async fn scripted(answered: usize, read_one_more: bool) -> Scripted {
+    let mut f = fixture(vec![]);
+    let (peer, seen) = scripted_peer(&f.ca, answered, read_one_more).await;
     f.target.peers = PeerSource::Static(vec![peer.clone()]);
-    TargetClient::new(&target_ref(), &f.target).unwrap()
+    let client = TargetClient::new(&target_ref(), &f.target).unwrap();
+    assert_eq!(get(&client).await.unwrap(), 200, "the first request");
+    Scripted {
+        _fixture: f,
+        peer,
+        seen,
+        client,
+    }
 }
 
 #[tokio::test]
 async fn requests_in_turn_share_one_connection() {
-    let mut f = fixture(vec![]);
-    let (peer, seen) = scripted_peer(&f.ca, usize::MAX, false).await;
-    let client = client_of(&mut f, &peer);
-    for i in 0..5 {
-        assert_eq!(get(&client).await.unwrap(), 200, "request {i}");
+    let s = scripted(usize::MAX, false).await;
+    for i in 1..5 {
+        assert_eq!(get(&s.client).await.unwrap(), 200, "request {i}");
     }
-    let seen = seen.lock().unwrap();
+    let seen = s.seen.lock().unwrap();
     assert_eq!((seen.connections, seen.requests.len()), (1, 5));
-    assert_eq!(client.connections(&peer), 1);
+    assert_eq!(s.client.connections(&s.peer), 1);
 }
 
 #[tokio::test]
 async fn a_connection_the_peer_closed_while_idle_is_not_used_again() {
-    let mut f = fixture(vec![]);
-    let (peer, seen) = scripted_peer(&f.ca, 1, false).await;
-    let client = client_of(&mut f, &peer);
-    assert_eq!(get(&client).await.unwrap(), 200);
+    let s = scripted(1, false).await;
     // The peer has closed the idle connection; a write (never sent twice) must not be put on it.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(client.send(post()).await.unwrap().status(), 200);
-    assert_eq!(seen.lock().unwrap().connections, 2);
+    assert_eq!(s.client.send(post()).await.unwrap().status(), 200);
+    assert_eq!(s.seen.lock().unwrap().connections, 2);
 }
 
 fn post() -> http::Request<Bytes> {
@@ -360,29 +372,23 @@ fn post() -> http::Request<Bytes> {
 
 #[tokio::test]
 async fn a_get_whose_connection_closes_before_any_answer_is_sent_again_on_a_new_one() {
-    let mut f = fixture(vec![]);
-    let (peer, seen) = scripted_peer(&f.ca, 1, true).await;
-    let client = client_of(&mut f, &peer);
-    assert_eq!(get(&client).await.unwrap(), 200);
+    let s = scripted(1, true).await;
     // Sent on the idle connection, which the peer closes unanswered: sent again on a new one.
-    assert_eq!(get(&client).await.unwrap(), 200);
-    let seen = seen.lock().unwrap();
+    assert_eq!(get(&s.client).await.unwrap(), 200);
+    let seen = s.seen.lock().unwrap();
     assert_eq!(seen.connections, 2);
     assert_eq!(seen.requests, vec!["GET /version HTTP/1.1"; 3]);
 }
 
 #[tokio::test]
 async fn a_write_whose_connection_closes_before_any_answer_is_not_sent_again() {
-    let mut f = fixture(vec![]);
-    let (peer, seen) = scripted_peer(&f.ca, 1, true).await;
-    let client = client_of(&mut f, &peer);
-    assert_eq!(get(&client).await.unwrap(), 200);
-    let err = client.send(post()).await.unwrap_err();
+    let s = scripted(1, true).await;
+    let err = s.client.send(post()).await.unwrap_err();
     assert!(
         err.may_have_been_sent(),
         "the caller must learn the write may have happened: {err}"
     );
-    let seen = seen.lock().unwrap();
+    let seen = s.seen.lock().unwrap();
     assert_eq!(
         seen.requests
             .iter()

@@ -176,67 +176,58 @@ async fn head_204_and_304_answers_have_no_body_whatever_their_length_says() {
     }
 }
 
-#[tokio::test]
-async fn answers_that_are_not_http_or_frame_ambiguously_are_refused() {
-    for wire in [
-        &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
-        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
-    ] {
+/// Each of `wires` (the answer to a GET) fails as `failure`.
+async fn each_fails_as(wires: &[&[u8]], failure: &str) {
+    for wire in wires {
         assert_eq!(
             answer(wire, Method::GET).await.unwrap_err(),
-            "broke",
+            failure,
             "{}",
             String::from_utf8_lossy(wire)
         );
     }
+}
+
+#[tokio::test]
+async fn answers_that_are_not_http_or_frame_ambiguously_are_refused() {
+    each_fails_as(
+        &[
+            b"SSH-2.0-OpenSSH\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+        ],
+        "broke",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_bad_chunk_is_a_broken_body() {
-    for wire in [
-        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"[..],
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
-    ] {
-        assert_eq!(
-            answer(wire, Method::GET).await.unwrap_err(),
-            "body broke",
-            "{}",
-            String::from_utf8_lossy(wire)
-        );
-    }
+    each_fails_as(
+        &[
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+        ],
+        "body broke",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_close_before_any_byte_differs_from_a_close_inside_the_answer() {
-    assert_eq!(answer(b"", Method::GET).await.unwrap_err(), "nothing came");
-    assert_eq!(
-        answer(b"HTTP/1.1 200 OK\r\nContent-", Method::GET)
-            .await
-            .unwrap_err(),
-        "broke"
-    );
-    assert_eq!(
-        answer(
+    each_fails_as(&[b""], "nothing came").await;
+    each_fails_as(&[b"HTTP/1.1 200 OK\r\nContent-"], "broke").await;
+    each_fails_as(
+        &[
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
-            Method::GET
-        )
-        .await
-        .unwrap_err(),
-        "body broke"
-    );
-    assert_eq!(
-        answer(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n",
-            Method::GET
-        )
-        .await
-        .unwrap_err(),
-        "body broke"
-    );
+        ],
+        "body broke",
+    )
+    .await;
 }
 
 #[test]
