@@ -15,10 +15,10 @@ use gateway_api::apis::standard::httproutes::{
 use kube::ResourceExt;
 use tunnel_proxy::config::{self, Filter, HttpRule, PathModifier};
 
-use super::backends::{BackendIndex, ClientCert, Referrer, Role, backend_ref};
+use super::backends::{BackendIndex, ClientCert, Referrer};
 use super::parts::{
-    header_modifier, refuse_backend_filters, refuse_extension_ref, request_mirror, value_match,
-    weight,
+    header_modifier, referrer, refuse_extension_ref, request_mirror, route_rules, rule_parts_of,
+    value_match,
 };
 use super::report::{Report, Translated};
 
@@ -29,19 +29,13 @@ pub fn http_route(
     client_cert: Option<&ClientCert>,
 ) -> Translated<HttpRule> {
     let namespace = route.namespace().unwrap_or_default();
-    let name = format!("{namespace}/{}", route.name_any());
-    let from = Referrer {
-        kind: "HTTPRoute",
-        namespace: &namespace,
-        client_cert,
-    };
-    let mut report = Report::default();
-    let mut rules = Vec::new();
-    for (i, rule) in route.spec.rules.iter().flatten().enumerate() {
-        let translated = http_rule(i, rule, idx, &from, &mut report);
-        report.keep(&name, i, translated, &mut rules);
-    }
-    report.finish(rules)
+    let from = referrer("HTTPRoute", &namespace, client_cert);
+    route_rules(
+        &from,
+        &route.name_any(),
+        route.spec.rules.iter().flatten(),
+        |i, rule, from, report| http_rule(i, rule, idx, from, report),
+    )
 }
 
 fn http_rule(
@@ -51,52 +45,24 @@ fn http_rule(
     from: &Referrer<'_>,
     report: &mut Report,
 ) -> HttpRule {
-    let mut out = HttpRule {
+    let filter = |at: &str, f: &_, report: &mut Report| filter(at, f, idx, from, report);
+    let parts = rule_parts_of!(i, rule, filter, idx, from, report);
+    let failed = parts.is_none();
+    let parts = parts.unwrap_or_default();
+    HttpRule {
         name: rule.name.clone(),
         matches: rule.matches.iter().flatten().map(http_match).collect(),
-        filters: Vec::new(),
-        backends: Vec::new(),
-        timeouts: rule
-            .timeouts
-            .as_ref()
-            .map(|t| config::Timeouts {
+        filters: parts.filters,
+        backends: parts.backends,
+        timeouts: match &rule.timeouts {
+            Some(t) if !failed => config::Timeouts {
                 request: t.request.clone(),
                 backend_request: t.backend_request.clone(),
-            })
-            .unwrap_or_default(),
-        failure_status: None,
-    };
-    let mut unsupported = Vec::new();
-    for (fi, f) in rule.filters.iter().flatten().enumerate() {
-        match filter(&format!("Rule {i} filters[{fi}]"), f, idx, from, report) {
-            Ok(Some(f)) => out.filters.push(f),
-            Ok(None) => {}
-            Err(why) => unsupported.push(format!("filters[{fi}]: {why}")),
-        }
+            },
+            _ => config::Timeouts::default(),
+        },
+        failure_status: failed.then_some(500),
     }
-    for (bi, b) in rule.backend_refs.iter().flatten().enumerate() {
-        let at = format!("Rule {i} backendRefs[{bi}]");
-        let mut resolved = idx.resolve(
-            from,
-            &at,
-            &backend_ref!(b),
-            weight(b.weight),
-            Role::Backend,
-            report,
-        );
-        if !resolved.invalid && b.filters.as_ref().is_some_and(|f| !f.is_empty()) {
-            refuse_backend_filters(&mut resolved.backend, &at, report);
-        }
-        out.backends.push(resolved.backend);
-    }
-    if !unsupported.is_empty() {
-        report.rule_fails_closed(i, unsupported.join("; "));
-        out.filters.clear();
-        out.backends.clear();
-        out.timeouts = config::Timeouts::default();
-        out.failure_status = Some(500);
-    }
-    out
 }
 
 fn http_match(m: &HttpRouteRulesMatches) -> config::HttpMatch {

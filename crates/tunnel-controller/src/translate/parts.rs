@@ -1,12 +1,117 @@
-//! The pieces HTTPRoute and GRPCRoute rules share: header matches, header modifiers, request
-//! mirrors, backend weights and failing a backend closed. The generated Gateway API types of the
-//! two route kinds (and of rule and backendRef filters) are distinct types with the same field
-//! names, hence macros for the conversions that only read fields.
+//! The pieces HTTPRoute and GRPCRoute rules share: a route's rules translated one by one, a
+//! rule's filters and backends (failing the rule closed on an unsupported filter), header
+//! matches, header modifiers, request mirrors, backend weights and failing a backend closed. The
+//! generated Gateway API types of the two route kinds (and of rule and backendRef filters) are
+//! distinct types with the same field names, hence macros for the conversions that only read
+//! fields, and closures for what differs.
 
 use tunnel_proxy::config::{self, Filter};
 
-use super::backends::{BackendIndex, Ref, Referrer, Role};
-use super::report::Report;
+use super::backends::{BackendIndex, ClientCert, Ref, Referrer, Role};
+use super::report::{DocumentRule, Report, Translated};
+
+/// A route's rules, each translated by `rule` (its spec index, the rule, the route as referrer,
+/// the report) and kept when the proxy accepts it.
+pub(super) fn route_rules<'r, S: 'r, R: DocumentRule>(
+    from: &Referrer<'_>,
+    name: &str,
+    rules: impl Iterator<Item = &'r S>,
+    mut rule: impl FnMut(usize, &S, &Referrer<'_>, &mut Report) -> R,
+) -> Translated<R> {
+    let route = format!("{}/{name}", from.namespace);
+    let mut report = Report::default();
+    let mut out = Vec::new();
+    for (i, r) in rules.enumerate() {
+        let translated = rule(i, r, from, &mut report);
+        report.keep(&route, i, translated, &mut out);
+    }
+    report.finish(out)
+}
+
+/// The referrer a route of `kind` in `namespace` is.
+pub(super) fn referrer<'a>(
+    kind: &'static str,
+    namespace: &'a str,
+    client_cert: Option<&'a ClientCert>,
+) -> Referrer<'a> {
+    Referrer {
+        kind,
+        namespace,
+        client_cert,
+    }
+}
+
+/// A rule's filters and backends in the document.
+#[derive(Default)]
+pub(super) struct RuleParts {
+    pub filters: Vec<Filter>,
+    pub backends: Vec<config::Backend>,
+}
+
+/// [`rule_parts`] of a generated rule type (`filters`; `backend_refs` with `weight` and
+/// `filters`), its filters translated by `$filter`.
+macro_rules! rule_parts_of {
+    ($i:expr, $rule:expr, $filter:expr, $idx:expr, $from:expr, $report:expr) => {
+        $crate::translate::parts::rule_parts(
+            $i,
+            $rule.filters.iter().flatten(),
+            $filter,
+            $rule.backend_refs.iter().flatten().map(|b| {
+                let has_filters = b.filters.as_ref().is_some_and(|f| !f.is_empty());
+                (
+                    $crate::translate::backends::backend_ref!(b),
+                    b.weight,
+                    has_filters,
+                )
+            }),
+            $idx,
+            $from,
+            $report,
+        )
+    };
+}
+pub(super) use rule_parts_of;
+
+/// Rule `i`'s filters (each translated by `filter`: `Ok(None)` leaves it out, `Err` is
+/// unsupported) and its backends (reference, weight, whether it has filters of its own).
+/// `None` when a filter is unsupported: the rule then fails closed (reported), keeping only its
+/// matches so precedence stays right.
+pub(super) fn rule_parts<'f, F: 'f>(
+    i: usize,
+    filters: impl Iterator<Item = &'f F>,
+    mut filter: impl FnMut(&str, &F, &mut Report) -> Result<Option<Filter>, String>,
+    backends: impl Iterator<Item = (Ref<'f>, Option<i32>, bool)>,
+    idx: &BackendIndex,
+    from: &Referrer<'_>,
+    report: &mut Report,
+) -> Option<RuleParts> {
+    let mut parts = RuleParts {
+        filters: Vec::new(),
+        backends: Vec::new(),
+    };
+    let mut unsupported = Vec::new();
+    for (fi, f) in filters.enumerate() {
+        match filter(&format!("Rule {i} filters[{fi}]"), f, report) {
+            Ok(Some(f)) => parts.filters.push(f),
+            Ok(None) => {}
+            Err(why) => unsupported.push(format!("filters[{fi}]: {why}")),
+        }
+    }
+    for (bi, (r, w, has_filters)) in backends.enumerate() {
+        let at = format!("Rule {i} backendRefs[{bi}]");
+        let mut resolved = idx.resolve(from, &at, &r, weight(w), Role::Backend, report);
+        if !resolved.invalid && has_filters {
+            refuse_backend_filters(&mut resolved.backend, &at, report);
+        }
+        parts.backends.push(resolved.backend);
+    }
+    if unsupported.is_empty() {
+        Some(parts)
+    } else {
+        report.rule_fails_closed(i, unsupported.join("; "));
+        None
+    }
+}
 
 /// A header match (`name`, `value`, optional `type` of enum `$ty`) as a document value match.
 macro_rules! value_match {
