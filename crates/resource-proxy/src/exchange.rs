@@ -57,22 +57,71 @@ pub enum ExchangeError {
 
 type Io = TlsStream<TcpStream>;
 
-struct Idle {
-    io: Io,
+struct Idle<C> {
+    io: C,
     since: Instant,
 }
 
 /// The idle HTTP/1.1 connections of one target, by peer.
 #[derive(Default)]
 pub struct Exchanges {
-    idle: Mutex<HashMap<PeerAddress, Vec<Idle>>>,
+    idle: Mutex<IdleLists<Io>>,
+}
+
+struct IdleLists<C> {
+    by_peer: HashMap<PeerAddress, Vec<Idle<C>>>,
+    /// When connections too old to be used were last closed, for every peer (a peer that left
+    /// the peer list is never asked for a connection again).
+    swept: Option<Instant>,
+}
+
+impl<C> Default for IdleLists<C> {
+    fn default() -> Self {
+        Self {
+            by_peer: HashMap::new(),
+            swept: None,
+        }
+    }
+}
+
+impl<C> IdleLists<C> {
+    /// Keeps `conn` as the most recently used idle connection to `addr` (unless the peer has
+    /// [`IDLE_PER_PEER`] already), after closing the connections idle for longer than
+    /// [`IDLE_FOR_AT_MOST`] (every peer's, at most once per that period).
+    fn put(&mut self, addr: &PeerAddress, conn: C, now: Instant) {
+        self.sweep(now);
+        if !self.by_peer.contains_key(addr) {
+            self.by_peer.insert(addr.clone(), Vec::new());
+        }
+        let list = self.by_peer.get_mut(addr).expect("inserted above");
+        if list.len() < IDLE_PER_PEER {
+            list.push(Idle {
+                io: conn,
+                since: now,
+            });
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < IDLE_FOR_AT_MOST)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.by_peer.retain(|_, list| {
+            list.retain(|c| now.duration_since(c.since) <= IDLE_FOR_AT_MOST);
+            !list.is_empty()
+        });
+    }
 }
 
 impl Exchanges {
     /// Idle connections to `addr`.
     pub fn idle_connections(&self, addr: &PeerAddress) -> usize {
         let idle = self.idle.lock().expect("idle connections lock");
-        idle.get(addr).map_or(0, Vec::len)
+        idle.by_peer.get(addr).map_or(0, Vec::len)
     }
 
     /// Sends `req` (origin-form URI) to `addr` with `extra` headers (the proxy's credential) and
@@ -122,7 +171,7 @@ impl Exchanges {
     /// The most recently used idle connection to `addr` that is young enough and still open.
     fn take(&self, addr: &PeerAddress) -> Option<Io> {
         let mut idle = self.idle.lock().expect("idle connections lock");
-        let list = idle.get_mut(addr)?;
+        let list = idle.by_peer.get_mut(addr)?;
         while let Some(mut conn) = list.pop() {
             if conn.since.elapsed() <= IDLE_FOR_AT_MOST && still_open(&mut conn.io) {
                 return Some(conn.io);
@@ -132,14 +181,9 @@ impl Exchanges {
     }
 
     fn put(&self, addr: &PeerAddress, io: Io) {
+        let now = Instant::now();
         let mut idle = self.idle.lock().expect("idle connections lock");
-        let list = idle.entry(addr.clone()).or_default();
-        if list.len() < IDLE_PER_PEER {
-            list.push(Idle {
-                io,
-                since: Instant::now(),
-            });
-        }
+        idle.put(addr, io, now);
     }
 }
 

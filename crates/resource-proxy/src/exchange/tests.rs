@@ -270,3 +270,42 @@ fn a_get_without_body_has_no_length_but_an_empty_post_has_zero() {
             .ends_with("content-length: 0\r\n\r\n")
     );
 }
+
+fn peer(port: u16) -> PeerAddress {
+    PeerAddress {
+        host: "10.0.0.1".into(),
+        port,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_connections_too_old_to_use_are_closed_for_every_peer_at_the_next_put() {
+    let mut lists = IdleLists::default();
+    let (a, b) = (peer(1), peer(2));
+    lists.put(&a, "a1", Instant::now());
+    lists.put(&b, "b1", Instant::now());
+    tokio::time::advance(IDLE_FOR_AT_MOST / 2).await;
+    lists.put(&a, "a2", Instant::now());
+    tokio::time::advance(IDLE_FOR_AT_MOST / 2 + Duration::from_secs(1)).await;
+    // b has not been asked for since: its connection is closed all the same.
+    lists.put(&a, "a3", Instant::now());
+    let left = |p: &PeerAddress| -> Vec<&str> {
+        lists
+            .by_peer
+            .get(p)
+            .map(|l| l.iter().map(|c| c.io).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(left(&a), ["a2", "a3"]);
+    assert!(left(&b).is_empty() && !lists.by_peer.contains_key(&b));
+}
+
+#[test]
+fn a_peer_keeps_a_bounded_number_of_idle_connections() {
+    let mut lists = IdleLists::default();
+    let a = peer(1);
+    for n in 0..IDLE_PER_PEER + 5 {
+        lists.put(&a, n, Instant::now());
+    }
+    assert_eq!(lists.by_peer[&a].len(), IDLE_PER_PEER);
+}
