@@ -28,7 +28,7 @@ use crate::status::{RETRY_AFTER_SECONDS, Status};
 use crate::target::{TargetBody, TargetClient};
 
 /// Errors of a body stream: the target's, or ours.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::pool::BoxError;
 /// The body of every response the proxy sends.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
