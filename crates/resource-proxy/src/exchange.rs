@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::PeerAddress;
-use crate::pool::{Dial, SendError, TargetBody};
+use crate::pool::{Dial, DialError, SendError, TargetBody};
 
 /// The longest a connection waits idle before it is used again; older ones are closed.
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(30);
@@ -140,7 +140,7 @@ impl Exchanges {
         for _ in 0..ATTEMPTS {
             let (mut io, reused) = match self.take(addr) {
                 Some(io) => (io, true),
-                None => (dial().await.map_err(SendError::Dial)?, false),
+                None => (dial_to_the_end(dial()).await?, false),
             };
             if let Err(e) = write(&mut io, &wire).await {
                 // A request is read by the target only once it is whole: nothing happened.
@@ -184,6 +184,18 @@ impl Exchanges {
         let now = Instant::now();
         let mut idle = self.idle.lock().expect("idle connections lock");
         idle.put(addr, io, now);
+    }
+}
+
+/// Runs `dial` in a task of its own: it completes (and reports its outcome to the peer health)
+/// even when the request that started it goes away.
+async fn dial_to_the_end(dial: Dial) -> Result<Io, SendError> {
+    match tokio::spawn(dial).await {
+        Ok(dialled) => dialled.map_err(SendError::Dial),
+        Err(e) => Err(SendError::Dial(DialError {
+            timeout: false,
+            message: format!("dial task: {e}"),
+        })),
     }
 }
 

@@ -258,6 +258,15 @@ impl PeerSet {
             })
     }
 
+    /// Lets another request be the trial of `addr` when this one ended without an outcome (it
+    /// was cancelled before its connection answered): health does not change.
+    pub fn release_trial(&self, addr: &PeerAddress) {
+        let mut s = self.state.lock().expect("peer lock");
+        if let Some(h) = s.hosts.iter_mut().find(|h| &h.addr == addr) {
+            h.trial_in_flight = false;
+        }
+    }
+
     /// Records a dial's outcome for `addr`; returns the transitions it caused.
     pub fn report(&self, addr: &PeerAddress, outcome: DialOutcome) -> Vec<Transition> {
         let now = Instant::now();
@@ -397,6 +406,19 @@ mod tests {
                 trial: false
             })
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trial_released_without_an_outcome_lets_the_next_request_be_the_trial() {
+        let set = PeerSet::new(vec![addr(1)]);
+        fail(&set, 1, 3);
+        tokio::time::advance(QUARANTINE_DURATION).await;
+        assert!(set.pick().unwrap().trial);
+        assert_eq!(set.pick(), Err(NoPeer::AllQuarantined));
+        set.release_trial(&addr(1));
+        assert_eq!(set.census()[2], (Health::HalfOpen, 1), "health unchanged");
+        assert!(set.pick().unwrap().trial, "one trial again");
+        assert_eq!(set.pick(), Err(NoPeer::AllQuarantined));
     }
 
     #[tokio::test(start_paused = true)]

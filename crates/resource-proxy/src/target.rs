@@ -9,6 +9,7 @@
 //! peer set.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -273,12 +274,26 @@ impl TargetClient {
     ) -> Result<Response<TargetBody>, TargetError> {
         let inner = &self.inner;
         let peer = pick.addr.to_string();
+        // A trial cancelled before its outcome (the caller went away, the deadline passed) must
+        // not keep the host half-open with no trial allowed. A dial it started reports on its
+        // own (dials run to the end in their own task).
+        let dialled = AtomicBool::new(false);
+        let dial = |tls| {
+            dialled.store(true, Ordering::Relaxed);
+            self.dial(pick.addr.clone(), tls)
+        };
+        let trial = pick.trial.then(|| TrialGuard {
+            peers: &inner.peers,
+            addr: &pick.addr,
+            dialled: &dialled,
+            settled: false,
+        });
         let result = match req {
             Outgoing::Whole(req) => {
                 inner
                     .exchanges
                     .send(&pick.addr, &peer, req, &inner.auth_headers, || {
-                        self.dial(pick.addr.clone(), &inner.tls_http1)
+                        dial(&inner.tls_http1)
                     })
                     .await
             }
@@ -296,23 +311,18 @@ impl TargetClient {
                 uri.path_and_query = Some(path_and_query.clone());
                 let mut req = req.clone();
                 *req.uri_mut() = Uri::from_parts(uri).map_err(|_| invalid())?;
-                inner
-                    .pool
-                    .send(&pick.addr, req, || self.dial(pick.addr.clone(), &inner.tls))
-                    .await
+                inner.pool.send(&pick.addr, req, || dial(&inner.tls)).await
             }
         };
         // A half-open trial may ride on a pooled connection (no dial to observe): the request's
         // own outcome then decides.
-        if pick.trial {
+        if let Some(trial) = trial {
             let outcome = if result.is_ok() {
                 DialOutcome::Connected
             } else {
                 DialOutcome::Failed
             };
-            inner
-                .observer
-                .transitions(inner.peers.report(&pick.addr, outcome));
+            inner.observer.transitions(trial.settle(outcome));
         }
         let target = inner.name.clone();
         result.map_err(|e| match e {
@@ -417,6 +427,30 @@ impl TargetClient {
     /// The metrics this client reports to.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.observer.metrics
+    }
+}
+
+/// A half-open trial request: settled with its outcome, or, dropped before that without having
+/// started a dial (which would report itself), released (see [`PeerSet::release_trial`]).
+struct TrialGuard<'a> {
+    peers: &'a PeerSet,
+    addr: &'a PeerAddress,
+    dialled: &'a AtomicBool,
+    settled: bool,
+}
+
+impl TrialGuard<'_> {
+    fn settle(mut self, outcome: DialOutcome) -> Vec<Transition> {
+        self.settled = true;
+        self.peers.report(self.addr, outcome)
+    }
+}
+
+impl Drop for TrialGuard<'_> {
+    fn drop(&mut self) {
+        if !self.settled && !self.dialled.load(Ordering::Relaxed) {
+            self.peers.release_trial(self.addr);
+        }
     }
 }
 

@@ -113,6 +113,38 @@ async fn a_peer_that_never_completes_tls_is_quarantined_after_three_five_second_
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_trial_whose_request_is_cancelled_still_reports_its_dial() {
+    let (peer, _task) = silent_peer().await;
+    let f = fixture(vec![peer.clone()]);
+    let client = TargetClient::new(&target_ref(), &f.target).unwrap();
+    for _ in 0..3 {
+        assert_eq!(get(&client).await.unwrap_err().reason(), "timeout");
+    }
+    tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
+    // The trial's caller gives up after 1 s; its dial goes on to its 5 s timeout and reports.
+    let cancelled = tokio::time::timeout(Duration::from_secs(1), get(&client)).await;
+    assert!(cancelled.is_err(), "cancelled before the dial ended");
+    assert_eq!(
+        get(&client).await.unwrap_err().reason(),
+        "all_quarantined",
+        "the trial is still in flight: others fail fast"
+    );
+    tokio::time::sleep(DIAL_TIMEOUT).await;
+    let census = client.peers().census();
+    assert_eq!(
+        census[1].1, 1,
+        "the trial's dial failed and quarantined the host again, instead of leaving it half-open \
+         with no trial: {census:?}"
+    );
+    tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
+    assert_eq!(
+        get(&client).await.unwrap_err().reason(),
+        "timeout",
+        "and the next quarantine ends in a trial again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_refused_dial_is_retried_once_on_the_other_peer_and_both_are_quarantined_in_turn() {
     // Port of a listener that was closed: connections are refused at once.
     let refused = {
