@@ -281,11 +281,10 @@ async fn read_answer<S: AsyncRead + Unpin>(
         let parsed = if buf.is_empty() {
             Ok(None)
         } else {
-            parse_head(&buf, method)
+            parse_head(&mut buf, method)
         };
         match parsed {
-            Ok(Some((head, len))) => {
-                buf.advance(len);
+            Ok(Some(head)) => {
                 // An interim answer (100 Continue) is followed by the real one.
                 if head.parts.status.is_informational() {
                     continue;
@@ -343,8 +342,9 @@ struct Head {
     keep_alive: bool,
 }
 
-/// The answer's head at the start of `buf` and its length, or `None` while it is incomplete.
-fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, usize)>, ExchangeError> {
+/// The answer's head at the start of `buf`, taken off it, or `None` while it is incomplete.
+/// Field values are slices of the head's bytes, not copies.
+fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, ExchangeError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut fields);
     let len = match resp.parse(buf) {
@@ -359,15 +359,15 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, usize)>, Exch
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(ExchangeError::Malformed("bad status code"))?;
-    let mut headers = HeaderMap::with_capacity(resp.headers.len());
     let mut keep_alive = resp.version == Some(1);
     let mut chunked = false;
     let mut length: Option<usize> = None;
+    // The fields to keep, with where their values are in the head.
+    let mut kept = Vec::with_capacity(resp.headers.len());
+    let start = buf.as_ptr() as usize;
     for field in resp.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| ExchangeError::Malformed("bad header name"))?;
-        let value = HeaderValue::from_bytes(field.value)
-            .map_err(|_| ExchangeError::Malformed("bad header value"))?;
         if name == CONNECTION {
             if has_token(field.value, "close") {
                 keep_alive = false;
@@ -396,6 +396,14 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, usize)>, Exch
             }
             length = Some(n);
         }
+        let at = field.value.as_ptr() as usize - start;
+        kept.push((name, at..at + field.value.len()));
+    }
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(kept.len());
+    for (name, at) in kept {
+        let value = HeaderValue::from_maybe_shared(head.slice(at))
+            .map_err(|_| ExchangeError::Malformed("bad header value"))?;
         headers.append(name, value);
     }
     let bodyless = *method == Method::HEAD
@@ -413,14 +421,11 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, usize)>, Exch
     let mut parts = Response::new(()).into_parts().0;
     parts.status = status;
     parts.headers = headers;
-    Ok(Some((
-        Head {
-            parts,
-            framing,
-            keep_alive,
-        },
-        len,
-    )))
+    Ok(Some(Head {
+        parts,
+        framing,
+        keep_alive,
+    }))
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {

@@ -488,7 +488,7 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
 
     let path = match &query {
         Some(q) if !q.is_empty() => format!("{}?{q}", info.forward_path()),
-        _ => info.forward_path(),
+        _ => info.forward_path().to_owned(),
     };
     let mut headers = parts.headers;
     if let Some(ct) = forward_content_type {
@@ -499,9 +499,8 @@ async fn resource_request(ctx: &Listener, info: RequestInfo, req: Request<Incomi
     }
     let watch = info.verb == Verb::Watch;
     if let Some(id) = create_id {
-        let collection = info.forward_path();
         let req = target_request(parts.method, &path, &headers, body);
-        return forward_create(ctx, req, &path, &collection, &id, &verb).await;
+        return forward_create(ctx, req, &path, info.forward_path(), &id, &verb).await;
     }
     forward(ctx, parts.method, &path, &headers, body, &verb, watch).await
 }
@@ -524,7 +523,7 @@ async fn owned_get(
     let (query, strip_row_objects) = table_row_metadata(query);
     let path = match &query {
         Some(q) if !q.is_empty() => format!("{}?{q}", info.forward_path()),
-        _ => info.forward_path(),
+        _ => info.forward_path().to_owned(),
     };
     let req = target_request(Method::GET, &path, headers, Bytes::new());
     let answered = tokio::time::timeout(REQUEST_DEADLINE, async {
@@ -1123,13 +1122,7 @@ fn unavailable(verb: &str, reason: &'static str, message: &str) -> Outcome {
 /// Reads the object a named request is about (without subresource), as JSON. `Ok(None)` when
 /// the target says it does not exist or the proxy may not read it.
 async fn read_object(ctx: &Listener, info: &RequestInfo) -> Result<Option<Value>, String> {
-    let mut object = info.clone();
-    object.verb = Verb::Get;
-    let mut path = object.forward_path();
-    if let Some(sub) = &info.subresource {
-        path.truncate(path.len() - sub.len() - 1);
-    }
-    let req = Request::get(path.as_str())
+    let req = Request::get(info.object_path())
         .header(header::ACCEPT, "application/json")
         .body(Bytes::new())
         .expect("valid request");

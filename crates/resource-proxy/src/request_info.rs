@@ -13,6 +13,8 @@
 //! group/version through the target. Requests are forwarded with [`RequestInfo::forward_path`],
 //! rebuilt from the decoded segments, never with the raw path.
 
+use std::borrow::Cow;
+
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 /// Kubernetes API verb of a resource request.
@@ -75,27 +77,22 @@ pub struct RequestInfo {
     pub subresource: Option<String>,
     /// `dryRun` is set: the target persists nothing.
     pub dry_run: bool,
-    group: String,
-    version: String,
-    /// Decoded path segments after `/apis/<group>/<version>`.
-    segments: Vec<String>,
+    /// The path sent to the target: `/apis/<group>/<version>/...` rebuilt from the decoded
+    /// segments, each percent-encoded again where needed.
+    path: String,
+    /// Length of the prefix of `path` that names the object, without the subresource.
+    object_path_len: usize,
 }
 
 impl RequestInfo {
-    /// Path to send to the target: `/apis/<group>/<version>/...` from the decoded segments,
-    /// each percent-encoded again where needed.
-    pub fn forward_path(&self) -> String {
-        let mut path = String::with_capacity(64);
-        path.push_str("/apis");
-        for segment in [&self.group, &self.version]
-            .into_iter()
-            .chain(&self.segments)
-        {
-            path.push('/');
-            // Encoded straight into the path: no String per segment.
-            path.extend(utf8_percent_encode(segment, SEGMENT));
-        }
-        path
+    /// Path to send to the target (see the module doc).
+    pub fn forward_path(&self) -> &str {
+        &self.path
+    }
+
+    /// The forward path of the object itself: without the subresource, if any.
+    pub fn object_path(&self) -> &str {
+        &self.path[..self.object_path_len]
     }
 
     /// True for a request naming one object: get, update, patch, delete, and their
@@ -138,7 +135,8 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// Splits and decodes a raw path; `None` when any segment is unsafe (see the module doc).
-fn decode_segments(raw_path: &str) -> Option<Vec<String>> {
+/// Segments without escapes are borrowed from the raw path.
+fn decode_segments(raw_path: &str) -> Option<Vec<Cow<'_, str>>> {
     let rest = raw_path.strip_prefix('/')?;
     if rest.is_empty() {
         return Some(Vec::new());
@@ -154,7 +152,7 @@ fn decode_segments(raw_path: &str) -> Option<Vec<String>> {
                 || decoded
                     .chars()
                     .any(|c| matches!(c, '/' | '\\' | '%') || c.is_control());
-            (!unsafe_segment).then(|| decoded.into_owned())
+            (!unsafe_segment).then_some(decoded)
         })
         .collect()
 }
@@ -245,7 +243,7 @@ pub fn classify(
         return Route::Outside;
     };
     let query = raw_query.unwrap_or("");
-    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let parts: Vec<&str> = segments.iter().map(|s| s.as_ref()).collect();
     let read = matches!(method, "GET" | "HEAD");
     match parts.as_slice() {
         ["apis"] if read => return Route::DiscoveryRoot,
@@ -309,6 +307,20 @@ pub fn classify(
         verb = Verb::DeleteCollection;
     }
 
+    // The object's own path ends with the name segment (`<resource>/<name>`).
+    let name_index = parts.len() - resource_parts.len() + 1;
+    let mut path = String::with_capacity(raw_path.len() + 8);
+    let mut object_path_len = None;
+    for (i, segment) in parts.iter().enumerate() {
+        path.push('/');
+        // Encoded straight into the path: no String per segment.
+        path.extend(utf8_percent_encode(segment, SEGMENT));
+        if i == name_index {
+            object_path_len = Some(path.len());
+        }
+    }
+    let object_path_len = object_path_len.unwrap_or(path.len());
+
     Route::Resource(RequestInfo {
         verb,
         namespace,
@@ -316,9 +328,8 @@ pub fn classify(
         name,
         subresource,
         dry_run: query_value(query, "dryRun").is_some_and(|v| !v.is_empty()),
-        group: group.to_owned(),
-        version: version.to_owned(),
-        segments: segments[3..].to_vec(),
+        path,
+        object_path_len,
     })
 }
 
@@ -543,6 +554,36 @@ mod tests {
         let i = info("GET", "/apis/example.com/v1/widgets", None);
         assert_eq!((&i.namespace, &i.name), (&None, &None));
         assert!(!i.is_named_object_request());
+    }
+
+    #[test]
+    fn the_object_path_drops_the_subresource_however_it_is_spelled() {
+        let cases = [
+            (
+                "/apis/example.com/v1/namespaces/ns/widgets/w1/status",
+                "/apis/example.com/v1/namespaces/ns/widgets/w1",
+            ),
+            // The subresource is longer encoded than decoded.
+            (
+                "/apis/example.com/v1/namespaces/ns/widgets/w1/a%20b%3Ac",
+                "/apis/example.com/v1/namespaces/ns/widgets/w1",
+            ),
+            (
+                "/apis/example.com/v1/widgets/a%20b/scale",
+                "/apis/example.com/v1/widgets/a%20b",
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/widgets/w1",
+                "/apis/example.com/v1/namespaces/ns/widgets/w1",
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/widgets",
+                "/apis/example.com/v1/namespaces/ns/widgets",
+            ),
+        ];
+        for (path, object) in cases {
+            assert_eq!(info("PUT", path, None).object_path(), object, "{path}");
+        }
     }
 
     #[test]
