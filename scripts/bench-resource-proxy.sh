@@ -17,6 +17,9 @@
 # For (b) and (c) the CPU time (user + system, from /proc) and the context switches of the nginx
 # and proxy processes per request are printed beside each cell.
 #
+# Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
+# machine's default): see scripts/lib/idle.sh.
+#
 # The load generator is the `rp-load` example of the resource-proxy crate (client certificates).
 # nginx (and its stream module) come from Debian's packages, installed when missing.
 set -euo pipefail
@@ -33,6 +36,8 @@ METRICS_PORT=19190
 NGINX_PORT=19443
 NS=bench
 ACCESS="${ACCESS:-owned}"
+# shellcheck source=scripts/lib/idle.sh
+source "$ROOT/scripts/lib/idle.sh"
 
 if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ]; then
   echo "installing nginx and its stream module from Debian packages" >&2
@@ -191,7 +196,7 @@ run() { # mode(a|b|c|d) kind(get|list) conns
 }
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $IDLE_NOTE" >&2
 echo "GET/LIST: $DURATION s per run, median of $REPEAT interleaved runs, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
 printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors | CPU µs/req b / c | ctx switches/req b / c |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'

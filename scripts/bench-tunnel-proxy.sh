@@ -4,6 +4,8 @@
 # (the machine has 2 cores). Each run is DURATION seconds (default 5); every cell is run
 # REPEAT times (default 3), proxy, nginx and direct interleaved, and the median of each
 # figure is printed (a shared machine drifts; interleaving spreads the drift over all three).
+# Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
+# machine's default): see scripts/lib/idle.sh.
 #
 #   scripts/bench-tunnel-proxy.sh            # full table
 #   DURATION=3 REPEAT=1 scripts/bench-tunnel-proxy.sh
@@ -12,6 +14,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/tunnel-proxy-bench.sh
 source "$ROOT/scripts/lib/tunnel-proxy-bench.sh"
+# shellcheck source=scripts/lib/idle.sh
+source "$ROOT/scripts/lib/idle.sh"
 DURATION="${DURATION:-5}"
 REPEAT="${REPEAT:-3}"
 PROXY_CPU="${PROXY_CPU:-0}"
@@ -94,4 +98,4 @@ for path in empty 1m; do
       "$(awk -v a="$pp99" -v b="$np99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
   done
 done
-echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; ${DURATION}s per run, median of $REPEAT interleaved runs; rps p/n > 1 and p99 p/n < 1 favour the proxy"
+echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; rps p/n > 1 and p99 p/n < 1 favour the proxy"
