@@ -2,19 +2,25 @@
 # RP-17 benchmark: GET and LIST of a custom resource on loopback against a real kube-apiserver,
 # (a) direct to the target, (b) through nginx as a plain TLS pass-through hop (stream module),
 # (c) through the resource proxy alone (front-proxy client certificate, as the aggregator
-# calls it), (d) through the client kube-apiserver and the proxy (the tenant's path); then the
+# calls it), (d) through the client kube-apiserver and the proxy (the tenant's path), and, as a
+# reference for what terminating TLS costs any proxy, (e) through nginx as an HTTP proxy that
+# terminates TLS on both legs as the proxy does (client certificate checked against the
+# front-proxy CA, keep-alive TLS connections to the target with a client certificate); then the
 # proxy's memory while it holds WATCHES idle watches. Prints a table with ratios to (a) and (b).
 #
 #   scripts/bench-resource-proxy.sh
 #   DURATION=3 CONCURRENCY=8 WATCHES=2000 ACCESS=all REPEAT=1 scripts/bench-resource-proxy.sh
 #
-# Each cell runs the four paths one after the other, REPEAT times (default 3), and prints the
-# median of each figure (a shared machine drifts; interleaving spreads the drift over all four).
+# Each cell runs the five paths one after the other, REPEAT times (default 3), and prints the
+# median of each figure (a shared machine drifts; interleaving spreads the drift over all five).
+# A second table measures one-connection latency with the paths interleaved request by request
+# (`rp-load interleave`, DURATION x REPEAT seconds): every path sees the same moment of the
+# machine, so the added medians are compared without the drift between runs.
 #
 # ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
 # for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
 # The machine's load average is printed before and after the cells (shared machines skew them).
-# For (b) and (c) the CPU time (user + system, from /proc) and the context switches of the nginx
+# For (b), (c) and (e) the CPU time (user + system, from /proc) and the context switches of the nginx
 # and proxy processes per request are printed beside each cell.
 #
 # Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
@@ -34,6 +40,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-resource-proxy}"
 PROXY_PORT=19100
 METRICS_PORT=19190
 NGINX_PORT=19443
+NGINX_L7_PORT=19543
 NS=bench
 ACCESS="${ACCESS:-owned}"
 # shellcheck source=scripts/lib/idle.sh
@@ -156,6 +163,43 @@ NGINX_PID=$!
 PIDS+=($NGINX_PID)
 wait_for "nginx" 20 port_open "$NGINX_PORT"
 
+# (e): nginx terminating TLS on both legs, as the proxy does (no labels, no masking).
+mkdir -p "$WORK/nginx-l7"
+cat >"$WORK/nginx-l7/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+pid $WORK/nginx-l7/nginx.pid;
+error_log $WORK/nginx-l7/error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  upstream target { server 127.0.0.1:$TPORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX_L7_PORT ssl;
+    ssl_certificate $CPKI/apiserver.crt;
+    ssl_certificate_key $CPKI/apiserver.key;
+    ssl_client_certificate $CPKI/front-proxy-ca.crt;
+    ssl_verify_client on;
+    location / {
+      proxy_pass https://target;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_ssl_certificate $TPKI/admin.crt;
+      proxy_ssl_certificate_key $TPKI/admin.key;
+      proxy_ssl_trusted_certificate $TPKI/ca.crt;
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_session_reuse on;
+    }
+  }
+}
+CONF
+nginx -c "$WORK/nginx-l7/nginx.conf" -p "$WORK/nginx-l7" &
+NGINX_L7_PID=$!
+PIDS+=($NGINX_L7_PID)
+wait_for "nginx (L7)" 20 port_open "$NGINX_L7_PORT"
+
 # "<CPU ticks> <context switches>" of a process and its children, all threads.
 usage() {
   local ticks=0 switches=0 pid task
@@ -174,18 +218,22 @@ FRONT_AUTH=(--cert "$CPKI/front-proxy-client.crt" --key "$CPKI/front-proxy-clien
   --header "X-Remote-User: admin" --header "X-Remote-Group: system:masters")
 CLIENT_AUTH=(--cert "$CPKI/admin.crt" --key "$CPKI/admin.key")
 path() { if [ "$1" = get ]; then echo "/apis/example.test/v1/namespaces/$NS/widgets/w0"; else echo "/apis/example.test/v1/namespaces/$NS/widgets"; fi; }
-run() { # mode(a|b|c|d) kind(get|list) conns
-  local url auth
+# Sets URL and AUTH (the load generator's flags) for a path (a|b|c|d|e) and a kind (get|list).
+endpoint() {
   case "$1" in
-    a) url="https://127.0.0.1:$TPORT$(path "$2")"; auth=("${TARGET_AUTH[@]}") ;;
-    b) url="https://127.0.0.1:$NGINX_PORT$(path "$2")"; auth=("${TARGET_AUTH[@]}") ;;
-    c) url="https://127.0.0.1:$PROXY_PORT$(path "$2")"; auth=("${FRONT_AUTH[@]}") ;;
-    d) url="https://127.0.0.1:$CPORT$(path "$2")"; auth=("${CLIENT_AUTH[@]}") ;;
+    a) URL="https://127.0.0.1:$TPORT$(path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
+    b) URL="https://127.0.0.1:$NGINX_PORT$(path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
+    c) URL="https://127.0.0.1:$PROXY_PORT$(path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
+    d) URL="https://127.0.0.1:$CPORT$(path "$2")"; AUTH=("${CLIENT_AUTH[@]}") ;;
+    e) URL="https://127.0.0.1:$NGINX_L7_PORT$(path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
   esac
+}
+run() { # mode(a|b|c|d|e) kind(get|list) conns
+  endpoint "$1" "$2"
   local pid="" before after out
-  case "$1" in b) pid="$NGINX_PID" ;; c) pid="$PROXY_PID" ;; esac
+  case "$1" in b) pid="$NGINX_PID" ;; c) pid="$PROXY_PID" ;; e) pid="$NGINX_L7_PID" ;; esac
   [ -n "$pid" ] && before="$(usage "$pid")"
-  out="$("$BIN/examples/rp-load" get "$url" "${auth[@]}" --concurrency "$3" --duration "$DURATION")"
+  out="$("$BIN/examples/rp-load" get "$URL" "${AUTH[@]}" --concurrency "$3" --duration "$DURATION")"
   if [ -n "$pid" ]; then
     after="$(usage "$pid")"
     out="$out $(awk -v b="$before" -v a="$after" -v hz="$HZ" -v out="$out" 'BEGIN {
@@ -198,23 +246,23 @@ field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $IDLE_NOTE" >&2
 echo "GET/LIST: $DURATION s per run, median of $REPEAT interleaved runs, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
-printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | added p50 c/b | errors | CPU µs/req b / c | ctx switches/req b / c |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | (e) nginx L7 r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | r/s e/a | added p50 c/b | errors | CPU µs/req b / c / e | ctx switches/req b / c / e |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for kind in get list; do
   # Warm-up (connections, caches).
-  for m in a b c d; do DURATION=1 run "$m" "$kind" 2 >/dev/null; done
+  for m in a b c d e; do DURATION=1 run "$m" "$kind" 2 >/dev/null; done
   for conns in 1 "$CONCURRENCY"; do
     declare -A R
     errors=0
     for ((r = 0; r < REPEAT; r++)); do
-      for m in a b c d; do
+      for m in a b c d e; do
         out="$(run "$m" "$kind" "$conns")"
         R[$m]+="$out;"
         errors=$((errors + $(field errors "$out")))
       done
     done
     awk -v kind="$kind" -v conns="$conns" -v errors="$errors" \
-      -v a="${R[a]}" -v b="${R[b]}" -v c="${R[c]}" -v d="${R[d]}" '
+      -v a="${R[a]}" -v b="${R[b]}" -v c="${R[c]}" -v d="${R[d]}" -v e="${R[e]}" '
       # The median over the runs (";"-separated) of field k.
       function f(s, k,   runs, r, n, i, kv, p, v, m, j, t) {
         runs = split(s, r, ";"); m = 0
@@ -228,18 +276,49 @@ for kind in get list; do
       }
       BEGIN {
         added_c = f(c, "p50_ms") - f(a, "p50_ms"); added_b = f(b, "p50_ms") - f(a, "p50_ms");
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s | %s / %s | %s / %s |\n",
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s / %s / %s | %s / %s / %s |\n",
           kind, conns, f(a,"rps"), f(a,"p50_ms"), f(a,"p99_ms"), f(b,"rps"), f(b,"p50_ms"), f(b,"p99_ms"),
           f(c,"rps"), f(c,"p50_ms"), f(c,"p99_ms"), f(d,"rps"), f(d,"p50_ms"), f(d,"p99_ms"),
-          f(c,"rps") / f(a,"rps"), f(c,"rps") / f(b,"rps"),
+          f(e,"rps"), f(e,"p50_ms"), f(e,"p99_ms"),
+          f(c,"rps") / f(a,"rps"), f(c,"rps") / f(b,"rps"), f(e,"rps") / f(a,"rps"),
           (added_b > 0 ? sprintf("%.2f", added_c / added_b) : "n/a"), errors,
-          f(b,"cpu_us"), f(c,"cpu_us"), f(b,"cs"), f(c,"cs")
+          f(b,"cpu_us"), f(c,"cpu_us"), f(e,"cpu_us"), f(b,"cs"), f(c,"cs"), f(e,"cs")
       }'
     unset R
   done
 done
 
 echo "load average after the cells: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# One connection per path, one request in flight in all, the paths taken in a shuffled order
+# every round: added medians over direct, measured at the same moments.
+echo "one-connection latency, paths interleaved request by request, $((DURATION * REPEAT)) s per kind" >&2
+printf '\n| request | requests per path | (a) direct p50 ms | (b) nginx | (c) proxy | (d) client+proxy | (e) nginx L7 | added p50 (b) nginx | (c) proxy | (e) nginx L7 | c/b | e/b | c/e | errors |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for kind in get list; do
+  args=()
+  for m in a b c d e; do
+    endpoint "$m" "$kind"
+    args+=(path "$m" "$URL" "${AUTH[@]}")
+  done
+  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${args[@]}" | tr '\n' ' ')"
+  awk -v kind="$kind" -v out="$out" '
+    BEGIN {
+      n = split(out, kv, " ")
+      for (i = 1; i <= n; i++) {
+        split(kv[i], p, "=")
+        if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
+      }
+      add_b = v["b", "p50_ms"] - v["a", "p50_ms"]; add_c = v["c", "p50_ms"] - v["a", "p50_ms"]
+      add_e = v["e", "p50_ms"] - v["a", "p50_ms"]
+      ratio = "%.2f"
+      printf "| %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.3f | %s | %s | %s | %d |\n", kind, v["a", "requests"],
+        v["a", "p50_ms"], v["b", "p50_ms"], v["c", "p50_ms"], v["d", "p50_ms"], v["e", "p50_ms"], add_b, add_c, add_e,
+        (add_b > 0 ? sprintf(ratio, add_c / add_b) : "n/a"), (add_b > 0 ? sprintf(ratio, add_e / add_b) : "n/a"),
+        (add_e > 0 ? sprintf(ratio, add_c / add_e) : "n/a"),
+        v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"]
+    }'
+done
 rss_kib() { sed -n 's/^VmRSS:\s*\([0-9]*\) kB/\1/p' "/proc/$PROXY_PID/status"; }
 echo "watches: opening $WATCHES idle watches through the proxy (HTTP/2 to the proxy, multiplexed HTTP/2 to the target)" >&2
 before="$(rss_kib)"

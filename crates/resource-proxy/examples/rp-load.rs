@@ -10,6 +10,12 @@
 //! rp-load watch URL --cert C --key K [--ca CA] [--header 'K: V']... --count N [--hold S]
 //!     opens N watches (HTTP/2, 1000 streams per connection), waits until every one has its
 //!     response headers, prints `open=N`, holds them S seconds, then prints `still_open=…`.
+//! rp-load interleave [--duration S] path NAME URL --cert C --key K [--ca CA] [--header 'K: V']...
+//!                    path NAME URL ...
+//!     one keep-alive HTTP/1.1 connection per path; GET is sent on each path in turn (one
+//!     request in flight in all, the order shuffled every round) for S seconds, so drift on a
+//!     shared machine hits every path alike; prints `path=NAME requests=… p50_ms=… p99_ms=…
+//!     errors=…` per path.
 //! ```
 //! Without `--ca` the server certificate is not verified (loopback benchmark).
 
@@ -21,44 +27,75 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
-struct Args {
-    mode: String,
+/// Where to send requests and as whom.
+struct Path {
+    name: String,
     url: http::Uri,
     cert: String,
     key: String,
     ca: Option<String>,
     headers: Vec<(String, String)>,
+}
+
+struct Args {
+    mode: String,
+    paths: Vec<Path>,
     concurrency: usize,
     duration: u64,
     count: usize,
     hold: u64,
 }
 
+impl Args {
+    /// The one path of the `get` and `watch` modes.
+    fn path(&self) -> &Path {
+        &self.paths[0]
+    }
+}
+
+/// The path the flags that follow `path NAME URL` (or the URL) belong to.
+fn last(paths: &mut [Path]) -> &mut Path {
+    paths.last_mut().expect("a path before its flags")
+}
+
 fn args() -> Args {
     let mut it = std::env::args().skip(1);
-    let mode = it.next().expect("mode: get or watch");
-    let url: http::Uri = it.next().expect("URL").parse().expect("a URL");
-    let mut a = Args {
-        mode,
-        url,
+    let mode = it.next().expect("mode: get, watch or interleave");
+    let new_path = |name: String, url: String| Path {
+        name,
+        url: url.parse().expect("a URL"),
         cert: String::new(),
         key: String::new(),
         ca: None,
         headers: Vec::new(),
+    };
+    let mut a = Args {
+        mode,
+        paths: Vec::new(),
         concurrency: 1,
         duration: 5,
         count: 1,
         hold: 5,
     };
+    if a.mode != "interleave" {
+        a.paths
+            .push(new_path(String::new(), it.next().expect("URL")));
+    }
     while let Some(flag) = it.next() {
         let v = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        if flag == "path" {
+            a.paths.push(new_path(v, it.next().expect("path NAME URL")));
+            continue;
+        }
         match flag.as_str() {
-            "--cert" => a.cert = v,
-            "--key" => a.key = v,
-            "--ca" => a.ca = Some(v),
+            "--cert" => last(&mut a.paths).cert = v,
+            "--key" => last(&mut a.paths).key = v,
+            "--ca" => last(&mut a.paths).ca = Some(v),
             "--header" => {
                 let (k, val) = v.split_once(':').expect("--header 'K: V'");
-                a.headers.push((k.trim().to_owned(), val.trim().to_owned()));
+                last(&mut a.paths)
+                    .headers
+                    .push((k.trim().to_owned(), val.trim().to_owned()));
             }
             "--concurrency" => a.concurrency = v.parse().unwrap(),
             "--duration" => a.duration = v.parse().unwrap(),
@@ -67,6 +104,7 @@ fn args() -> Args {
             other => panic!("unknown flag {other}"),
         }
     }
+    assert!(!a.paths.is_empty(), "no path given");
     a
 }
 
@@ -107,7 +145,7 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAny {
     }
 }
 
-fn tls(a: &Args, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
+fn tls(a: &Path, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
     let chain = CertificateDer::pem_file_iter(&a.cert)
         .unwrap()
         .collect::<Result<Vec<_>, _>>()
@@ -131,7 +169,7 @@ fn tls(a: &Args, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
 }
 
 async fn connect(
-    a: &Args,
+    a: &Path,
     config: Arc<rustls::ClientConfig>,
 ) -> TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let host = a.url.host().unwrap().to_owned();
@@ -149,7 +187,7 @@ async fn connect(
     )
 }
 
-fn request(a: &Args, path: &str) -> http::Request<Empty<Bytes>> {
+fn request(a: &Path, path: &str) -> http::Request<Empty<Bytes>> {
     let mut b = http::Request::get(path).header("host", "localhost");
     for (k, v) in &a.headers {
         b = b.header(k.as_str(), v.as_str());
@@ -158,8 +196,9 @@ fn request(a: &Args, path: &str) -> http::Request<Empty<Bytes>> {
 }
 
 async fn get(a: Arc<Args>) {
-    let config = tls(&a, b"http/1.1");
+    let config = tls(a.path(), b"http/1.1");
     let path = a
+        .path()
         .url
         .path_and_query()
         .map(|p| p.as_str().to_owned())
@@ -171,36 +210,13 @@ async fn get(a: Arc<Args>) {
         let config = config.clone();
         let path = path.clone();
         tasks.push(tokio::spawn(async move {
-            let open = || async {
-                let io = connect(&a, config.clone()).await;
-                let (sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
-                tokio::spawn(conn);
-                sender
-            };
-            let mut sender = open().await;
+            let mut sender = open_http1(a.path(), config.clone()).await;
             let mut lat = Vec::new();
             let mut errors = 0u64;
             while Instant::now() < until {
-                if sender.ready().await.is_err() {
-                    // The server closed the keep-alive connection: count it, open another.
-                    errors += 1;
-                    sender = open().await;
-                }
-                let started = Instant::now();
-                match sender.send_request(request(&a, &path)).await {
-                    Ok(resp) => {
-                        let ok = resp.status().is_success();
-                        let _ = resp.into_body().collect().await;
-                        if ok {
-                            lat.push(started.elapsed().as_micros() as u64);
-                        } else {
-                            errors += 1;
-                        }
-                    }
-                    Err(_) => {
-                        errors += 1;
-                        sender = open().await;
-                    }
+                match timed_get(a.path(), &config, &mut sender, &path).await {
+                    Some(us) => lat.push(us),
+                    None => errors += 1,
                 }
             }
             (lat, errors)
@@ -214,24 +230,117 @@ async fn get(a: Arc<Args>) {
         errors += e;
     }
     all.sort_unstable();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .map(|us| *us as f64 / 1000.0)
-            .unwrap_or(f64::NAN)
-    };
     println!(
         "requests={} rps={:.0} p50_ms={:.3} p99_ms={:.3} errors={errors}",
         all.len(),
         all.len() as f64 / a.duration as f64,
-        pct(0.50),
-        pct(0.99)
+        percentile_ms(&all, 0.50),
+        percentile_ms(&all, 0.99)
     );
+}
+
+/// The `p` quantile of sorted latencies in µs, in ms.
+fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .map(|us| *us as f64 / 1000.0)
+        .unwrap_or(f64::NAN)
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn open_http1(path: &Path, config: Arc<rustls::ClientConfig>) -> Sender {
+    let io = connect(path, config).await;
+    let (sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// One GET on `sender`: its latency in µs if it succeeded. A closed connection is reopened.
+async fn timed_get(
+    path: &Path,
+    config: &Arc<rustls::ClientConfig>,
+    sender: &mut Sender,
+    target: &str,
+) -> Option<u64> {
+    if sender.ready().await.is_err() {
+        *sender = open_http1(path, config.clone()).await;
+        return None;
+    }
+    let started = Instant::now();
+    match sender.send_request(request(path, target)).await {
+        Ok(resp) => {
+            let ok = resp.status().is_success();
+            let _ = resp.into_body().collect().await;
+            ok.then(|| started.elapsed().as_micros() as u64)
+        }
+        Err(_) => {
+            *sender = open_http1(path, config.clone()).await;
+            None
+        }
+    }
+}
+
+async fn interleave(a: Arc<Args>) {
+    struct Lane<'a> {
+        path: &'a Path,
+        config: Arc<rustls::ClientConfig>,
+        sender: Sender,
+        target: String,
+        latencies: Vec<u64>,
+        errors: u64,
+    }
+    let mut lanes = Vec::new();
+    for path in &a.paths {
+        let config = tls(path, b"http/1.1");
+        let sender = open_http1(path, config.clone()).await;
+        let target = path.url.path_and_query().unwrap().as_str().to_owned();
+        lanes.push(Lane {
+            path,
+            config,
+            sender,
+            target,
+            latencies: Vec::new(),
+            errors: 0,
+        });
+    }
+    // xorshift64: a fresh order every round, without a dependency.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut order: Vec<usize> = (0..lanes.len()).collect();
+    let until = Instant::now() + Duration::from_secs(a.duration);
+    while Instant::now() < until {
+        for i in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(i, (seed % (i as u64 + 1)) as usize);
+        }
+        for &i in &order {
+            let lane = &mut lanes[i];
+            match timed_get(lane.path, &lane.config, &mut lane.sender, &lane.target).await {
+                Some(us) => lane.latencies.push(us),
+                None => lane.errors += 1,
+            }
+        }
+    }
+    for mut lane in lanes {
+        lane.latencies.sort_unstable();
+        println!(
+            "path={} requests={} p50_ms={:.3} p99_ms={:.3} errors={}",
+            lane.path.name,
+            lane.latencies.len(),
+            percentile_ms(&lane.latencies, 0.50),
+            percentile_ms(&lane.latencies, 0.99),
+            lane.errors
+        );
+    }
 }
 
 async fn watch(a: Arc<Args>) {
     const STREAMS_PER_CONNECTION: usize = 1000;
-    let config = tls(&a, b"h2");
+    let config = tls(a.path(), b"h2");
     let path = a
+        .path()
         .url
         .path_and_query()
         .map(|p| p.as_str().to_owned())
@@ -242,7 +351,7 @@ async fn watch(a: Arc<Args>) {
     while remaining > 0 {
         let n = remaining.min(STREAMS_PER_CONNECTION);
         remaining -= n;
-        let io = connect(&a, config.clone()).await;
+        let io = connect(a.path(), config.clone()).await;
         let (sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
             .unwrap();
@@ -250,7 +359,7 @@ async fn watch(a: Arc<Args>) {
         let opens: Vec<_> = (0..n)
             .map(|_| {
                 let mut sender = sender.clone();
-                let req = request(&a, &path);
+                let req = request(a.path(), &path);
                 tokio::spawn(async move { sender.send_request(req).await })
             })
             .collect();
@@ -285,6 +394,7 @@ fn main() {
     match a.mode.as_str() {
         "get" => rt.block_on(get(a)),
         "watch" => rt.block_on(watch(a)),
-        other => panic!("mode {other}: get or watch"),
+        "interleave" => rt.block_on(interleave(a)),
+        other => panic!("mode {other}: get, watch or interleave"),
     }
 }

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::Value;
 
+use crate::answer_owner::is_owned_answer;
 use crate::caller_auth::{Authenticator, PeerChain};
 use crate::config::{AccessMode, GroupVersionListener};
 use crate::discovery::{self, Discovery, Source};
@@ -23,7 +24,7 @@ use crate::metrics::{
 };
 use crate::owner_refs;
 use crate::request_info::{RequestInfo, Route, Verb, classify};
-use crate::selector::{is_owned_answer, is_owned_object, scope_query};
+use crate::selector::{is_owned_object, scope_query};
 use crate::status::{RETRY_AFTER_SECONDS, Status};
 use crate::target::{TargetBody, TargetClient};
 

@@ -21,6 +21,7 @@
 //!   [`exchange`] (requests and whole answers over pooled HTTP/1.1 connections) and [`pool`]
 //!   (watches on multiplexed HTTP/2 connections); [`metrics`]: RP-15.
 
+pub mod answer_owner;
 pub mod caller_auth;
 pub mod config;
 pub mod discovery;
