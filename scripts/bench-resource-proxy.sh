@@ -173,7 +173,8 @@ error_log $WORK/nginx-l7/error.log warn;
 events { worker_connections 20000; }
 http {
   access_log off;
-  upstream target { server 127.0.0.1:$TPORT; keepalive 64; }
+  keepalive_requests 1000000;
+  upstream target { server 127.0.0.1:$TPORT; keepalive 64; keepalive_requests 1000000; }
   server {
     listen 127.0.0.1:$NGINX_L7_PORT ssl;
     ssl_certificate $CPKI/apiserver.crt;
