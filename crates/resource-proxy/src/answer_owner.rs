@@ -320,16 +320,7 @@ impl<'a> Scanner<'a> {
         if self.null()? {
             return Some(None);
         }
-        let mut labels = None;
-        self.object(|s, key| {
-            if key == "labels" {
-                once(&labels)?;
-                labels = Some(s.labels()?);
-            } else {
-                s.skip_value()?;
-            }
-            Some(())
-        })?;
+        let labels = self.only_member("labels", Self::labels)?;
         Some(Some(
             labels.flatten().is_some_and(|values| values.are(owner)),
         ))
@@ -361,16 +352,7 @@ impl<'a> Scanner<'a> {
         }
         let (mut any, mut all) = (false, true);
         self.array(|s| {
-            let mut object = None;
-            s.object(|s, key| {
-                if key == "object" {
-                    once(&object)?;
-                    object = Some(s.row_object(owner)?);
-                } else {
-                    s.skip_value()?;
-                }
-                Some(())
-            })?;
+            let object = s.only_member("object", |s| s.row_object(owner))?;
             any = true;
             all &= object.flatten() == Some(true);
             Some(())
@@ -383,17 +365,28 @@ impl<'a> Scanner<'a> {
         if self.null()? {
             return Some(None);
         }
-        let mut metadata = None;
+        let metadata = self.only_member("metadata", |s| s.metadata(owner))?;
+        Some(Some(metadata.flatten() == Some(true)))
+    }
+
+    /// An object of which one member decides: its value as `read` reads it (`None` when the
+    /// member is absent). The other members are skipped.
+    fn only_member<T>(
+        &mut self,
+        name: &str,
+        mut read: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Option<T>> {
+        let mut found = None;
         self.object(|s, key| {
-            if key == "metadata" {
-                once(&metadata)?;
-                metadata = Some(s.metadata(owner)?);
+            if key == name {
+                once(&found)?;
+                found = Some(read(s)?);
             } else {
                 s.skip_value()?;
             }
             Some(())
         })?;
-        Some(Some(metadata.flatten() == Some(true)))
+        Some(found)
     }
 }
 
@@ -552,10 +545,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn owner() -> OwnerLabels {
-        OwnerLabels {
-            vcluster: "client-a".into(),
-            project: "default".into(),
-        }
+        OwnerLabels::of_test_client()
     }
 
     #[test]

@@ -71,6 +71,15 @@ impl OwnerLabels {
         }
     }
 
+    /// The owner labels the unit tests use: client `client-a` of project `default`.
+    #[cfg(test)]
+    pub(crate) fn of_test_client() -> Self {
+        OwnerLabels {
+            vcluster: "client-a".into(),
+            project: "default".into(),
+        }
+    }
+
     fn pairs(&self) -> [(&'static str, &str); 2] {
         [
             (OWNER_VCLUSTER_LABEL, &self.vcluster),
@@ -483,10 +492,7 @@ mod tests {
     use super::*;
 
     fn owner() -> OwnerLabels {
-        OwnerLabels {
-            vcluster: "client-a".into(),
-            project: "default".into(),
-        }
+        OwnerLabels::of_test_client()
     }
 
     fn owner_labels_json() -> Value {

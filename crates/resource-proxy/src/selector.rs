@@ -697,10 +697,7 @@ mod tests {
     use serde_json::json;
 
     fn owner() -> OwnerLabels {
-        OwnerLabels {
-            vcluster: "client-a".into(),
-            project: "default".into(),
-        }
+        OwnerLabels::of_test_client()
     }
 
     fn labels(pairs: &[(&str, &str)]) -> Map<String, Value> {
