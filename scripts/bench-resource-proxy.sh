@@ -304,6 +304,8 @@ for kind in get list; do
   done
   out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${args[@]}" | tr '\n' ' ')"
   awk -v kind="$kind" -v out="$out" '
+    # x over y, or "n/a" when y added nothing to divide by.
+    function ratio(x, y) { return y > 0 ? sprintf("%.2f", x / y) : "n/a" }
     BEGIN {
       n = split(out, kv, " ")
       for (i = 1; i <= n; i++) {
@@ -312,11 +314,9 @@ for kind in get list; do
       }
       add_b = v["b", "p50_ms"] - v["a", "p50_ms"]; add_c = v["c", "p50_ms"] - v["a", "p50_ms"]
       add_e = v["e", "p50_ms"] - v["a", "p50_ms"]
-      ratio = "%.2f"
       printf "| %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.3f | %s | %s | %s | %d |\n", kind, v["a", "requests"],
         v["a", "p50_ms"], v["b", "p50_ms"], v["c", "p50_ms"], v["d", "p50_ms"], v["e", "p50_ms"], add_b, add_c, add_e,
-        (add_b > 0 ? sprintf(ratio, add_c / add_b) : "n/a"), (add_b > 0 ? sprintf(ratio, add_e / add_b) : "n/a"),
-        (add_e > 0 ? sprintf(ratio, add_c / add_e) : "n/a"),
+        ratio(add_c, add_b), ratio(add_e, add_b), ratio(add_c, add_e),
         v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"]
     }'
 done

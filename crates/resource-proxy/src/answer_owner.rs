@@ -107,43 +107,50 @@ impl<'a> Scanner<'a> {
         &mut self,
         mut member: impl FnMut(&mut Self, Cow<'a, str>) -> Option<()>,
     ) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
+        let mut more = self.open(b'{', b'}')?;
+        while more {
             let key = self.string()?;
             self.eat(b':')?;
             member(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
+            more = self.next_or_close(b'}')?;
         }
+        Some(())
     }
 
     /// The elements of an array, each handed to `element`, which must consume it.
     fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
+        let mut more = self.open(b'[', b']')?;
+        while more {
             element(self)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            more = self.next_or_close(b']')?;
+        }
+        Some(())
+    }
+
+    /// Consumes a container's opening byte; whether an item follows (`false`: it was empty and
+    /// is closed).
+    fn open(&mut self, open: u8, close: u8) -> Option<bool> {
+        self.eat(open)?;
+        if self.peek()? == close {
+            self.at += 1;
+            return Some(false);
+        }
+        Some(true)
+    }
+
+    /// After an item: `true` when a comma announces another, `false` when `close` ends the
+    /// container (both consumed).
+    fn next_or_close(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(true)
             }
+            c if c == close => {
+                self.at += 1;
+                Some(false)
+            }
+            _ => None,
         }
     }
 
