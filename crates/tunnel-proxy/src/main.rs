@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use service_support::logging::{self, LogFormat};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
@@ -15,12 +16,6 @@ use tunnel_proxy::admin::{self, AdminOptions};
 use tunnel_proxy::compile::parse_duration;
 use tunnel_proxy::proxy;
 use tunnel_proxy::state::State;
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Json,
-    Text,
-}
 
 /// L7 data plane of the tunnel gateway.
 #[derive(Debug, Parser)]
@@ -64,7 +59,7 @@ struct Args {
     /// After the grace period, wait at most this long for in-flight requests.
     #[arg(long, env = "PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration)]
     drain_timeout: Duration,
-    #[arg(long, env = "PROXY_LOG_FORMAT", value_enum, default_value = "json")]
+    #[arg(long, env = "PROXY_LOG_FORMAT", default_value = "json")]
     log_format: LogFormat,
 }
 
@@ -87,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         bail!("a rustls crypto provider was already installed");
     }
     let args = Args::parse();
-    init_logging(args.log_format);
+    logging::init(args.log_format);
     // One CPU (cgroup quota or affinity): a single-threaded scheduler avoids the
     // work-stealing machinery that cannot help there.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -101,16 +96,6 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("building the tokio runtime")?
         .block_on(run(args))
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -145,16 +130,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let data = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    let admin_listener = TcpListener::bind(args.admin_listen)
-        .await
-        .with_context(|| format!("binding {}", args.admin_listen))?;
+    let (admin_addr, admin_task) =
+        service_support::admin::serve(args.admin_listen, router, std::future::pending()).await?;
     info!(
         data_plane = %data.local_addr()?,
-        admin = %admin_listener.local_addr()?,
+        admin = %admin_addr,
         "listening"
     );
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(admin_listener, router).await {
+        if let Ok(Err(e)) = admin_task.await {
             error!(error = %e, "admin server failed");
         }
     });
