@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::{Value, json};
-use tunnel_proxy::config::{self, Config};
+use tunnel_config::config::{self, Config};
 
 use crate::api::{DEFAULT_API_TOKEN_KEY, GROUP, GatewayClassConfig};
 use crate::claims::{self, Sharing};

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use tunnel_proxy::config::Config;
+use tunnel_config::config::Config;
 
 use crate::model::PartitionKey;
 use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};

@@ -1,5 +1,5 @@
 //! Route → data-plane config translation (TG-5): one HTTPRoute's or GRPCRoute's rules become
-//! [`tunnel_proxy::config`] rules, and the verdicts about their contents (route parent
+//! [`tunnel_config::config`] rules, and the verdicts about their contents (route parent
 //! `ResolvedRefs`, `Accepted`, `PartiallyInvalid`; a BackendTLSPolicy's own `Accepted` and
 //! `ResolvedRefs`; the Gateway's `ResolvedRefs` for its backend client certificate) are decided
 //! on the way. Pure: everything read comes from a [`BackendIndex`] built once per sync, and

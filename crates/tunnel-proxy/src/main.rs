@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use tunnel_config::compile::parse_duration;
 use tunnel_proxy::admin::{self, AdminOptions};
-use tunnel_proxy::compile::parse_duration;
 use tunnel_proxy::proxy;
 use tunnel_proxy::state::State;
 

@@ -33,14 +33,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
+use tunnel_config::filters::{self, RedirectInput};
+use tunnel_config::routing::{self, RequestView};
 
-use crate::compile::{Action, Backend, Mirror, RouteTable, Rule, Target};
-use crate::filters::{self, RedirectInput};
 use crate::h1::rewind::Rewind;
 use crate::metrics::{BackendErrorReason, HostMetrics};
-use crate::routing::{self, RequestView};
 use crate::smuggling::Sniffed;
 use crate::state::State;
+use crate::table::{Action, Backend, Mirror, RouteTable, Rule, Target};
 use crate::upstream::{BoxError, ConnectError, Endpoint, ProxyBody, SendError, Upstream};
 
 /// Frames a mirror may lag behind the primary request before it is cut off.
@@ -392,7 +392,7 @@ pub(crate) fn decide<'t>(
     let Some(m) = table.table.lookup(&view) else {
         return Decision::Respond(not_found(grpc));
     };
-    if let Some(h) = table.host_metrics(m.hostname) {
+    if let Some(h) = table.host(m.hostname) {
         *host_metrics = h.clone();
     }
     let rule: &Rule = m.rule;
@@ -630,7 +630,8 @@ impl Forward<'_> {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         let upgrade = client_upgrade.is_some();
-        if upgrade && self.routed.upstream.protocol != crate::config::BackendProtocol::Http1 {
+        if upgrade && self.routed.upstream.protocol != tunnel_config::config::BackendProtocol::Http1
+        {
             warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, "upgrade request to an HTTP/2 backend refused");
             self.host_metrics.backend_error(BackendErrorReason::Upgrade);
             return backend_failure(BackendErrorReason::Upgrade).into_response();
@@ -672,8 +673,8 @@ impl Forward<'_> {
         };
         parts.uri = uri;
         parts.version = match self.routed.upstream.protocol {
-            crate::config::BackendProtocol::Http1 => Version::HTTP_11,
-            crate::config::BackendProtocol::Http2 => Version::HTTP_2,
+            tunnel_config::config::BackendProtocol::Http1 => Version::HTTP_11,
+            tunnel_config::config::BackendProtocol::Http2 => Version::HTTP_2,
         };
         let request = self
             .routed
@@ -770,8 +771,8 @@ impl Forward<'_> {
             *req.uri_mut() = uri;
             *req.headers_mut() = parts.headers.clone();
             *req.version_mut() = match upstream.protocol {
-                crate::config::BackendProtocol::Http1 => Version::HTTP_11,
-                crate::config::BackendProtocol::Http2 => Version::HTTP_2,
+                tunnel_config::config::BackendProtocol::Http1 => Version::HTTP_11,
+                tunnel_config::config::BackendProtocol::Http2 => Version::HTTP_2,
             };
             if parts.method == Method::GET || parts.method == Method::HEAD {
                 req.headers_mut().remove(header::CONTENT_LENGTH);

@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwapOption;
 use prometheus_client::registry::Registry;
 
-use crate::compile::{self, CompileError, RouteTable};
-use crate::config::Config;
+use tunnel_config::compile::{self, CompileError};
+use tunnel_config::config::Config;
+
 use crate::metrics::Metrics;
+use crate::table::{self, RouteTable};
 use crate::upstream::ClientCache;
 
 /// Why a push was refused.
@@ -67,7 +69,7 @@ impl State {
                 pushed: config.version,
             });
         }
-        let (table, used) = compile::compile(&config, &self.metrics, &mut clients)?;
+        let (table, used) = table::compile(&config, &self.metrics, &mut clients)?;
         let version = table.version;
         self.table.store(Some(Arc::new(table)));
         self.document.store(Some(Arc::new(config)));

@@ -23,17 +23,13 @@ use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-
-use crate::config::{BackendProtocol, BackendTls};
+use tunnel_config::backend::{self, TlsConfigError, UpstreamError};
+use tunnel_config::config::{BackendProtocol, BackendTls};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Body type of everything the proxy sends, upstream and downstream.
@@ -119,156 +115,16 @@ pub type Conn = TokioIo<RawConn>;
 
 // === TLS ===
 
-/// A TLS setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsConfigError {
-    #[error("caBundlePem: {0}")]
-    CaBundle(String),
-    #[error("serverName: {0}")]
-    ServerName(String),
-    #[error("subjectAltNames[{0}]: not a valid DNS name")]
-    SubjectAltName(usize),
-    #[error("clientCertPem: {0}")]
-    ClientCert(String),
-    #[error("clientKeyPem: {0}")]
-    ClientKey(String),
-    #[error("{0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-/// Builds the rustls client config of a backend: its CA bundle only (no system roots), SNI
-/// `serverName`, SAN verification, optional client certificate, ALPN of the protocol.
+/// The TLS side of a backend's connector, from [`backend::client_config`].
 fn tls_settings(
     tls: &BackendTls,
     protocol: BackendProtocol,
 ) -> Result<TlsSettings, TlsConfigError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    let mut found = 0usize;
-    for cert in CertificateDer::pem_slice_iter(tls.ca_bundle_pem.as_bytes()) {
-        let cert = cert.map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-        roots
-            .add(cert)
-            .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-        found += 1;
-    }
-    if found == 0 {
-        return Err(TlsConfigError::CaBundle("no PEM certificate found".into()));
-    }
-    let server_name = ServerName::try_from(tls.server_name.clone())
-        .map_err(|e| TlsConfigError::ServerName(e.to_string()))?;
-    let sans = tls
-        .subject_alt_names
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            ServerName::try_from(s.clone()).map_err(|_| TlsConfigError::SubjectAltName(i))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?;
-    let builder = if sans.is_empty() {
-        builder.with_webpki_verifier(webpki)
-    } else {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SanVerifier {
-                inner: webpki,
-                sans,
-            }))
-    };
-    let mut config = match (&tls.client_cert_pem, &tls.client_key_pem) {
-        (None, None) => builder.with_no_client_auth(),
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TlsConfigError::ClientCert(e.to_string()))?;
-            if chain.is_empty() {
-                return Err(TlsConfigError::ClientCert(
-                    "no PEM certificate found".into(),
-                ));
-            }
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?
-        }
-        (Some(_), None) => {
-            return Err(TlsConfigError::ClientKey(
-                "required with clientCertPem".into(),
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(TlsConfigError::ClientCert(
-                "required with clientKeyPem".into(),
-            ));
-        }
-    };
-    config.alpn_protocols = vec![match protocol {
-        BackendProtocol::Http1 => b"http/1.1".to_vec(),
-        BackendProtocol::Http2 => b"h2".to_vec(),
-    }];
+    let (config, server_name) = backend::client_config(tls, protocol)?;
     Ok(TlsSettings {
         connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         server_name,
     })
-}
-
-/// BackendTLSPolicy `subjectAltNames`: the chain must verify against the CA bundle and the
-/// certificate must be valid for at least one of the names (SNI stays `serverName`).
-#[derive(Debug)]
-struct SanVerifier {
-    inner: Arc<WebPkiServerVerifier>,
-    sans: Vec<ServerName<'static>>,
-}
-
-impl ServerCertVerifier for SanVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let mut last = rustls::Error::General("no subjectAltNames".into());
-        for san in &self.sans {
-            match self
-                .inner
-                .verify_server_cert(end_entity, intermediates, san, ocsp_response, now)
-            {
-                Ok(ok) => return Ok(ok),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
 }
 
 // === clients ===
@@ -652,31 +508,12 @@ struct ClientKey {
 }
 
 /// Clients by protocol and TLS identity, reused across config pushes.
+#[derive(Default)]
 pub struct ClientCache {
     clients: HashMap<ClientKey, HttpClient>,
-    /// Whether new HTTP/1.1 clients get a task that reaps their expired idle connections.
-    reap_idle: bool,
-}
-
-impl Default for ClientCache {
-    fn default() -> Self {
-        Self {
-            clients: HashMap::new(),
-            reap_idle: true,
-        }
-    }
 }
 
 impl ClientCache {
-    /// A cache for a compilation whose table never serves (validation): its clients never
-    /// connect, so they need no background task.
-    pub(crate) fn unserved() -> Self {
-        Self {
-            clients: HashMap::new(),
-            reap_idle: false,
-        }
-    }
-
     /// The client for these settings: an existing one, or a new one when the settings are new.
     /// TLS settings are validated either way, so a bad certificate is always an error.
     pub fn client(
@@ -699,9 +536,7 @@ impl ClientCache {
                     connector,
                     pools: Mutex::new(HashMap::new()),
                 });
-                if self.reap_idle
-                    && let Ok(rt) = tokio::runtime::Handle::try_current()
-                {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     rt.spawn(reap_every_interval(Arc::downgrade(&client)));
                 }
                 HttpClient::Http1(client)
@@ -804,14 +639,6 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// An endpoint that is not `host:port`.
-#[derive(Debug, thiserror::Error)]
-#[error("endpoints[{index}]: `{value}` is not `ip:port` or `dns-name:port`")]
-pub struct EndpointError {
-    pub index: usize,
-    pub value: String,
-}
-
 impl Upstream {
     /// `cache` supplies the client; `used` records it as in use by this compilation.
     pub fn new(
@@ -821,16 +648,7 @@ impl Upstream {
         protocol: BackendProtocol,
         tls: Option<&BackendTls>,
     ) -> Result<Self, UpstreamError> {
-        let authorities = endpoints
-            .iter()
-            .enumerate()
-            .map(|(index, e)| {
-                parse_endpoint(e).ok_or_else(|| EndpointError {
-                    index,
-                    value: e.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let authorities = backend::parse_endpoints(endpoints)?;
         let client = cache.client(protocol, tls)?;
         cache.mark(used, protocol, tls);
         let scheme = if tls.is_some() {
@@ -917,57 +735,9 @@ enum Route {
     Legacy(Arc<LegacyClient>),
 }
 
-/// Why an upstream could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    #[error(transparent)]
-    Endpoint(#[from] EndpointError),
-    #[error("tls.{0}")]
-    Tls(#[from] TlsConfigError),
-}
-
-fn parse_endpoint(s: &str) -> Option<Authority> {
-    if s.parse::<std::net::SocketAddr>().is_ok() {
-        return s.parse().ok();
-    }
-    let (host, port) = s.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    let valid = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
-    if valid { s.parse().ok() } else { None }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn endpoints_must_be_host_and_port() {
-        for ok in [
-            "10.0.0.1:80",
-            "[::1]:8080",
-            "svc.ns.svc.cluster.local:443",
-            "localhost:1",
-        ] {
-            assert!(parse_endpoint(ok).is_some(), "{ok}");
-        }
-        for bad in [
-            "10.0.0.1",
-            "svc:http",
-            "svc:70000",
-            ":80",
-            "a..b:80",
-            "http://a:80",
-            "a/b:80",
-        ] {
-            assert!(parse_endpoint(bad).is_none(), "{bad}");
-        }
-    }
 
     #[test]
     fn round_robin_over_endpoints() {

@@ -16,7 +16,7 @@ use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, BackendProtocol, BackendTls};
+use tunnel_config::config::{self, BackendProtocol, BackendTls};
 
 use super::report::Report;
 use super::tls_policy::{self, Policies};

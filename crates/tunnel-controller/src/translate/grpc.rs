@@ -8,7 +8,7 @@ use gateway_api::apis::standard::grpcroutes::{
     GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType,
 };
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, Filter, GrpcRule};
+use tunnel_config::config::{self, Filter, GrpcRule};
 
 use super::backends::{BackendIndex, ClientCert, Referrer};
 use super::parts::{

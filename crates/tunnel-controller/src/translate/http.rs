@@ -13,7 +13,7 @@ use gateway_api::apis::standard::httproutes::{
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
 };
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, Filter, HttpRule, PathModifier};
+use tunnel_config::config::{self, Filter, HttpRule, PathModifier};
 
 use super::backends::{BackendIndex, ClientCert, Referrer};
 use super::parts::{

@@ -5,7 +5,7 @@
 //! distinct types with the same field names, hence macros for the conversions that only read
 //! fields, and closures for what differs.
 
-use tunnel_proxy::config::{self, Filter};
+use tunnel_config::config::{self, Filter};
 
 use super::backends::{BackendIndex, ClientCert, Ref, Referrer, Role};
 use super::report::{DocumentRule, Report, Translated};
@@ -116,11 +116,11 @@ pub(super) fn rule_parts<'f, F: 'f>(
 /// A header match (`name`, `value`, optional `type` of enum `$ty`) as a document value match.
 macro_rules! value_match {
     ($h:expr, $ty:ident) => {
-        tunnel_proxy::config::ValueMatch {
+        tunnel_config::config::ValueMatch {
             kind: match $h.r#type {
-                None | Some($ty::Exact) => tunnel_proxy::config::ValueMatchType::Exact,
+                None | Some($ty::Exact) => tunnel_config::config::ValueMatchType::Exact,
                 Some($ty::RegularExpression) => {
-                    tunnel_proxy::config::ValueMatchType::RegularExpression
+                    tunnel_config::config::ValueMatchType::RegularExpression
                 }
             },
             name: $h.name.clone(),
@@ -133,12 +133,12 @@ pub(super) use value_match;
 /// A RequestHeaderModifier or ResponseHeaderModifier configuration as a document modifier.
 macro_rules! header_modifier {
     ($m:expr) => {
-        tunnel_proxy::config::HeaderModifier {
+        tunnel_config::config::HeaderModifier {
             set: $m
                 .set
                 .iter()
                 .flatten()
-                .map(|h| tunnel_proxy::config::Header {
+                .map(|h| tunnel_config::config::Header {
                     name: h.name.clone(),
                     value: h.value.clone(),
                 })
@@ -147,7 +147,7 @@ macro_rules! header_modifier {
                 .add
                 .iter()
                 .flatten()
-                .map(|h| tunnel_proxy::config::Header {
+                .map(|h| tunnel_config::config::Header {
                     name: h.name.clone(),
                     value: h.value.clone(),
                 })

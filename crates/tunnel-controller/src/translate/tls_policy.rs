@@ -7,7 +7,7 @@
 //! (`wellKnownCACertificates`, URI subject alt names, a CA reference that does not resolve to a
 //! usable certificate) makes the backends it targets fail closed: never plaintext.
 //!
-//! Certificates are checked by the proxy's own compiler ([`tunnel_proxy::compile::validate`]),
+//! Certificates are checked by the proxy's own compiler ([`tunnel_config::compile::validate`]),
 //! so what the controller accepts is exactly what the proxy accepts.
 
 use std::collections::HashMap;
@@ -17,8 +17,8 @@ use gateway_api::apis::standard::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType as SanType,
 };
 use kube::ResourceExt;
-use tunnel_proxy::compile;
-use tunnel_proxy::config::{
+use tunnel_config::compile;
+use tunnel_config::config::{
     Backend, BackendProtocol, BackendTls, Config, HttpRoute, HttpRule, Route, Timeouts,
 };
 

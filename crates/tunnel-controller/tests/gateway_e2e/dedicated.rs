@@ -296,8 +296,8 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     let doc = plane.state.document().unwrap();
     assert!(
         doc.routes.iter().all(|r| match r {
-            tunnel_proxy::config::Route::Http(h) => h.name.starts_with(&format!("{ns}/")),
-            tunnel_proxy::config::Route::Grpc(g) => g.name.starts_with(&format!("{ns}/")),
+            tunnel_config::config::Route::Http(h) => h.name.starts_with(&format!("{ns}/")),
+            tunnel_config::config::Route::Grpc(g) => g.name.starts_with(&format!("{ns}/")),
         }),
         "only this Gateway's routes reach its plane: {doc:?}"
     );

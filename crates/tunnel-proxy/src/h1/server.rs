@@ -11,10 +11,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
+use tunnel_config::config::BackendProtocol;
 
 use super::codec::{self, RequestHead};
 use super::exchange::{self, Buffers};
-use crate::config::BackendProtocol;
 use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, StopHandle};
 use crate::state::State;
 

@@ -2,21 +2,24 @@
 //!
 //! Everything that can fail (JSON shape, hostnames, regexes, header names and values, methods,
 //! weights, status codes, durations, endpoints, certificates and keys) fails here, with the
-//! JSON path of the offending field, before anything is swapped in.
+//! JSON path of the offending field, before anything is swapped in. What a backend becomes
+//! (pooled clients in the proxy, nothing in [`validate`]) and what the table keeps per
+//! hostname is the caller's [`Build`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 
-use crate::config::{self, Config, PathMatchType, PathModifier, Route, ValueMatchType};
+use crate::backend::{self, UpstreamError};
+use crate::config::{
+    self, BackendProtocol, BackendTls, Config, PathMatchType, PathModifier, Route, ValueMatchType,
+};
 use crate::filters::{HeaderModifier, PathRewrite, Redirect, UrlRewrite};
-use crate::metrics::{HostMetrics, Metrics};
 use crate::routing::{
     self, GrpcMatcher, HeaderMatcher, HostPattern, HttpMatcher, Matchers, PathMatcher,
     QueryMatcher, RouteSpec, RuleSpec, Table, ValueMatcher, WeightedChoice,
 };
-use crate::upstream::{ClientCache, Upstream, UpstreamError};
 
 /// Gateway API maximum backend weight.
 pub const MAX_WEIGHT: u32 = 1_000_000;
@@ -100,84 +103,116 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
 /// metrics series, no pooled clients, no background tasks. The controller runs each translated
 /// rule through this, so one bad rule can never make the proxy refuse a whole document.
 pub fn validate(config: &Config) -> Result<(), CompileError> {
-    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
-    compile(config, &metrics, &mut ClientCache::unserved()).map(|_| ())
+    compile(config, &mut Check).map(|_| ())
+}
+
+/// What the caller builds while a document compiles: a backend's endpoints (checked with
+/// [`backend::check`] or by building them) and the per-hostname state of the table.
+pub trait Build {
+    /// A backend with endpoints, ready to forward to.
+    type Upstream;
+    /// What the table keeps per route hostname label (the proxy: its metrics handles).
+    type Host;
+    /// Checks and builds the endpoints of a backend; `tls` when it is dialled with TLS.
+    fn upstream(
+        &mut self,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<Self::Upstream, UpstreamError>;
+    /// The state of a hostname label, made once per label.
+    fn host(&mut self, label: &str) -> Self::Host;
+}
+
+/// The [`Build`] of [`validate`]: every check, nothing built.
+struct Check;
+
+impl Build for Check {
+    type Upstream = ();
+    type Host = ();
+
+    fn upstream(
+        &mut self,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<(), UpstreamError> {
+        backend::check(endpoints, protocol, tls)
+    }
+
+    fn host(&mut self, _label: &str) {}
 }
 
 // === compiled form ===
 
 /// The compiled, immutable route table.
 #[derive(Debug)]
-pub struct RouteTable {
+pub struct RouteTable<U, H> {
     pub version: u64,
-    pub table: Table<Rule>,
-    hosts: crate::routing::HostMap<Arc<HostMetrics>>,
+    pub table: Table<Rule<U>>,
+    hosts: crate::routing::HostMap<H>,
 }
 
-impl RouteTable {
-    /// Metrics handles of a hostname label returned by a lookup.
-    pub fn host_metrics(&self, hostname: &str) -> Option<&Arc<HostMetrics>> {
+impl<U, H> RouteTable<U, H> {
+    /// The state of a hostname label returned by a lookup.
+    pub fn host(&self, hostname: &str) -> Option<&H> {
         self.hosts.get(hostname)
     }
 }
 
 /// One compiled HTTPRoute or GRPCRoute rule.
 #[derive(Debug)]
-pub struct Rule {
+pub struct Rule<U> {
     /// `{namespace}/{name}` of the route, for logs.
     pub route: Arc<str>,
     pub grpc: bool,
     pub request_headers: Option<HeaderModifier>,
     pub response_headers: Option<HeaderModifier>,
     pub rewrite: Option<UrlRewrite>,
-    pub mirrors: Vec<Mirror>,
-    pub action: Action,
+    pub mirrors: Vec<Mirror<U>>,
+    pub action: Action<U>,
     pub request_timeout: Option<Duration>,
     pub backend_timeout: Option<Duration>,
 }
 
 /// What a rule does with a matched request.
 #[derive(Debug)]
-pub enum Action {
+pub enum Action<U> {
     /// Answer locally (fail-closed rules, rules with nothing to forward to).
     Respond(StatusCode),
     Redirect(Redirect),
     Forward {
         choice: WeightedChoice,
-        backends: Vec<Backend>,
+        backends: Vec<Backend<U>>,
     },
 }
 
 #[derive(Debug)]
-pub struct Backend {
+pub struct Backend<U> {
     pub name: Arc<str>,
-    pub target: Target,
+    pub target: Target<U>,
 }
 
 #[derive(Debug)]
-pub enum Target {
+pub enum Target<U> {
     /// Fail closed for this share of the traffic.
     Fail(StatusCode),
-    Upstream(Box<Upstream>),
+    Upstream(Box<U>),
 }
 
 #[derive(Debug)]
-pub struct Mirror {
-    pub backend: Backend,
+pub struct Mirror<U> {
+    pub backend: Backend<U>,
     pub percent: u32,
 }
 
 // === compilation ===
 
-/// Compiles a document. `clients` supplies (and keeps) pooled clients; the returned
-/// [`ClientCache`] holds those this table uses, for [`ClientCache::retain_used`] once the
-/// table is live.
-pub fn compile(
+/// Compiles a document; `build` makes its backends and hostname state.
+pub fn compile<B: Build>(
     config: &Config,
-    metrics: &Metrics,
-    clients: &mut ClientCache,
-) -> Result<(RouteTable, ClientCache), CompileError> {
-    let mut used = ClientCache::default();
+    build: &mut B,
+) -> Result<RouteTable<B::Upstream, B::Host>, CompileError> {
     let listeners = config
         .listeners
         .iter()
@@ -217,13 +252,10 @@ pub fn compile(
         for label in labels {
             hosts
                 .entry(label.clone())
-                .or_insert_with(|| Arc::new(metrics.host(&label)));
+                .or_insert_with(|| build.host(&label));
         }
         let route_name: Arc<str> = Arc::from(name.as_str());
-        let mut ctx = Ctx {
-            clients,
-            used: &mut used,
-        };
+        let mut ctx = Ctx { build: &mut *build };
         let rules = match route {
             Route::Http(r) => r
                 .rules
@@ -240,38 +272,33 @@ pub fn compile(
         };
         routes.push(RouteSpec { hostnames, rules });
     }
-    Ok((
-        RouteTable {
-            version: config.version,
-            table: Table::new(listeners, routes),
-            hosts,
-        },
-        used,
-    ))
+    Ok(RouteTable {
+        version: config.version,
+        table: Table::new(listeners, routes),
+        hosts,
+    })
 }
 
-struct Ctx<'a> {
-    clients: &'a mut ClientCache,
-    used: &'a mut ClientCache,
+struct Ctx<'a, B> {
+    build: &'a mut B,
 }
 
 /// The filters of a rule, split by kind.
-#[derive(Default)]
-struct Filters {
+struct Filters<U> {
     request_headers: Option<HeaderModifier>,
     response_headers: Option<HeaderModifier>,
     redirect: Option<Redirect>,
     rewrite: Option<UrlRewrite>,
-    mirrors: Vec<Mirror>,
+    mirrors: Vec<Mirror<U>>,
 }
 
-impl Ctx<'_> {
+impl<B: Build> Ctx<'_, B> {
     fn http_rule(
         &mut self,
         at: &str,
         route: &Arc<str>,
         rule: &config::HttpRule,
-    ) -> Result<RuleSpec<Rule>, CompileError> {
+    ) -> Result<RuleSpec<Rule<B::Upstream>>, CompileError> {
         let matchers = rule
             .matches
             .iter()
@@ -318,7 +345,7 @@ impl Ctx<'_> {
         at: &str,
         route: &Arc<str>,
         rule: &config::GrpcRule,
-    ) -> Result<RuleSpec<Rule>, CompileError> {
+    ) -> Result<RuleSpec<Rule<B::Upstream>>, CompileError> {
         let matchers = rule
             .matches
             .iter()
@@ -355,11 +382,11 @@ impl Ctx<'_> {
         at: &str,
         route: &Arc<str>,
         grpc: bool,
-        filters: Filters,
+        filters: Filters<B::Upstream>,
         backends: &[config::Backend],
         timeouts: &config::Timeouts,
         failure_status: Option<u16>,
-    ) -> Result<Rule, CompileError> {
+    ) -> Result<Rule<B::Upstream>, CompileError> {
         let request_timeout = timeout(&format!("{at}.timeouts.request"), &timeouts.request)?;
         let backend_timeout = timeout(
             &format!("{at}.timeouts.backendRequest"),
@@ -400,7 +427,11 @@ impl Ctx<'_> {
         })
     }
 
-    fn backend(&mut self, at: &str, b: &config::Backend) -> Result<Backend, CompileError> {
+    fn backend(
+        &mut self,
+        at: &str,
+        b: &config::Backend,
+    ) -> Result<Backend<B::Upstream>, CompileError> {
         if b.weight > MAX_WEIGHT {
             return Err(err(
                 format!("{at}.weight"),
@@ -416,17 +447,14 @@ impl Ctx<'_> {
             // A backend with no ready endpoint is unavailable, not misconfigured.
             None if b.endpoints.is_empty() => Target::Fail(StatusCode::SERVICE_UNAVAILABLE),
             None => Target::Upstream(Box::new(
-                Upstream::new(
-                    self.clients,
-                    self.used,
-                    &b.endpoints,
-                    b.protocol,
-                    b.tls.as_ref(),
-                )
-                .map_err(|e| match e {
-                    UpstreamError::Endpoint(e) => err(format!("{at}.endpoints[{}]", e.index), e),
-                    UpstreamError::Tls(e) => err(format!("{at}.tls"), e),
-                })?,
+                self.build
+                    .upstream(&b.endpoints, b.protocol, b.tls.as_ref())
+                    .map_err(|e| match e {
+                        UpstreamError::Endpoint(e) => {
+                            err(format!("{at}.endpoints[{}]", e.index), e)
+                        }
+                        UpstreamError::Tls(e) => err(format!("{at}.tls"), e),
+                    })?,
             )),
         };
         Ok(Backend {
@@ -440,8 +468,14 @@ impl Ctx<'_> {
         at: &str,
         filters: &[config::Filter],
         grpc: bool,
-    ) -> Result<Filters, CompileError> {
-        let mut out = Filters::default();
+    ) -> Result<Filters<B::Upstream>, CompileError> {
+        let mut out = Filters {
+            request_headers: None,
+            response_headers: None,
+            redirect: None,
+            rewrite: None,
+            mirrors: Vec::new(),
+        };
         for (i, f) in filters.iter().enumerate() {
             let at = format!("{at}.filters[{i}]");
             let dup = || err(at.clone(), "this filter type may appear only once per rule");
