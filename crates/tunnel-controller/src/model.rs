@@ -5,6 +5,15 @@
 //!
 //! Outcomes of I/O (a tunnel's Cloudflare sync, a partition's pushes) are applied afterwards by
 //! [`crate::status`]; this module only says what the cluster asks for.
+//!
+//! - `types`: the settings and the outcome types ([`Model`] and its parts), re-exported here.
+//! - `classes`: GatewayClasses and their GatewayClassConfigs; the shared plane's tunnel.
+//! - `gateways`: Gateways and listeners, with the dedicated-plane decisions of
+//!   [`crate::dedicated`].
+//! - `attachment`: route attachment, BackendTLSPolicies in use, partitions' route tables and
+//!   listeners, tunnels' hostnames.
+//!
+//! The golden tests in `tests/model/` run snapshots through [`compute`] and the status writer.
 
 mod attachment;
 mod classes;

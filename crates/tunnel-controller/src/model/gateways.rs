@@ -57,7 +57,6 @@ pub(super) fn decide(
         ));
     }
 
-    // Gateways.
     for gw in &snap.gateways {
         if !classes.ours.contains(&gw.spec.gateway_class_name) {
             continue;
