@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use tunnel_config::config::Config;
 
-use crate::model::PartitionKey;
+use crate::keys::PartitionKey;
 use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};
 
 /// The config-API port name on the headless Service (and its EndpointSlices).

@@ -13,16 +13,43 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloudflare_api::{ApiMetrics, Client, RetryPolicy, retry};
+use cloudflare_api::{ApiMetrics, BuildError, Client, Error, RetryPolicy, retry};
 use tokio::sync::Mutex;
 
+use crate::credentials::Credentials;
+use crate::dedicated::verify::verify_claim;
 use crate::dedicated::{Verification, VerifyRequest};
 use crate::ingress;
-use crate::model::{Credentials, RouteId, TunnelPlan};
-use crate::verify::verify_claim;
+use crate::keys::RouteId;
+use crate::model::TunnelPlan;
+use crate::names::sha256_hex;
 
 /// A tunnel already in sync is read again after this long (drift healing).
 pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+
+/// Why a tunnel's document could not be synced (or a claim not asked about); the text is what
+/// its routes and Gateways show.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("building the Cloudflare client: {0}")]
+    Client(#[source] BuildError),
+    #[error("finding the Cloudflare account: {0}")]
+    Account(#[from] AccountError),
+    /// Reading or writing the tunnel's configuration.
+    #[error(transparent)]
+    Api(Error),
+}
+
+/// Why the account of an API token is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error(transparent)]
+    Api(Error),
+    #[error("the API token sees no account; set accountId on the GatewayClassConfig")]
+    None,
+    #[error("the API token sees {0} accounts; set accountId on the GatewayClassConfig")]
+    Many(usize),
+}
 
 /// The result of one tunnel's sync.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,11 +91,11 @@ impl TunnelSync {
     }
 
     /// Brings `tunnel`'s ingress document to `plan`; the error is what routes will show.
-    pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, String> {
+    pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, SyncError> {
         // The credentials are part of what was synced: a rotated API token is used at once (and
         // a document another party changed meanwhile is healed with it).
         let hostnames: Vec<String> = plan.hostnames.iter().map(|(h, _)| h.clone()).collect();
-        let fingerprint = crate::render::sha256_hex(&format!(
+        let fingerprint = sha256_hex(&format!(
             "{}\n{:?}",
             plan.credentials.api_token, plan.credentials.account_id
         ));
@@ -92,16 +119,13 @@ impl TunnelSync {
             });
         }
         let client = self.client(&plan.credentials).await?;
-        let account = self
-            .account(&client, &plan.credentials)
-            .await
-            .map_err(|e| format!("finding the Cloudflare account: {e}"))?;
+        let account = self.account(&client, &plan.credentials).await?;
         let sleep = tokio::time::sleep;
         let current = retry(&self.retry, sleep, || {
             client.get_tunnel_configuration(&account, tunnel)
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(SyncError::Api)?;
         let current_doc = current.config;
         let planned = ingress::plan(&current_doc, &hostnames);
         let rules = planned
@@ -115,7 +139,7 @@ impl TunnelSync {
                 client.put_tunnel_configuration(&account, tunnel, doc)
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SyncError::Api)?;
             tracing::info!(tunnel, rules, "tunnel ingress document written");
         }
         state.synced = Some((hostnames.clone(), Instant::now(), rules, fingerprint));
@@ -128,15 +152,15 @@ impl TunnelSync {
     }
 
     /// Asks the Cloudflare API whether a dedicated Gateway's connector token is a real token of
-    /// a tunnel the credentials' account holds ([`crate::verify::verify_claim`]).
+    /// a tunnel the credentials' account holds ([`verify_claim`]).
     pub async fn verify(&self, req: &VerifyRequest) -> Verification {
         let client = match self.client(&req.credentials).await {
             Ok(c) => c,
-            Err(e) => return Verification::Pending(e),
+            Err(e) => return Verification::Pending(e.to_string()),
         };
         let account = match self.account(&client, &req.credentials).await {
             Ok(a) => a,
-            Err(e) => return Verification::Pending(format!("finding the Cloudflare account: {e}")),
+            Err(e) => return Verification::Pending(SyncError::from(e).to_string()),
         };
         match verify_claim(&client, &account, &req.token).await {
             Ok(()) => Verification::Verified,
@@ -150,7 +174,7 @@ impl TunnelSync {
         self.state.lock().await.retain(|t, _| tunnels(t));
     }
 
-    async fn client(&self, creds: &Credentials) -> Result<Client, String> {
+    async fn client(&self, creds: &Credentials) -> Result<Client, SyncError> {
         let mut clients = self.clients.lock().await;
         if let Some(c) = clients.get(&creds.api_token) {
             return Ok(c.clone());
@@ -159,19 +183,19 @@ impl TunnelSync {
             .base_url(self.base_url.clone())
             .observer(Arc::new(self.metrics.clone()))
             .build()
-            .map_err(|e| format!("building the Cloudflare client: {e}"))?;
+            .map_err(SyncError::Client)?;
         clients.insert(creds.api_token.clone(), client.clone());
         Ok(client)
     }
 
-    async fn account(&self, client: &Client, creds: &Credentials) -> Result<String, String> {
+    async fn account(&self, client: &Client, creds: &Credentials) -> Result<String, AccountError> {
         if let Some(a) = &creds.account_id {
             return Ok(a.clone());
         }
         if let Some(a) = self.accounts.lock().await.get(&creds.api_token) {
             return Ok(a.clone());
         }
-        let accounts = client.list_accounts().await.map_err(|e| e.to_string())?;
+        let accounts = client.list_accounts().await.map_err(AccountError::Api)?;
         match accounts.as_slice() {
             [one] => {
                 self.accounts
@@ -180,13 +204,8 @@ impl TunnelSync {
                     .insert(creds.api_token.clone(), one.id.clone());
                 Ok(one.id.clone())
             }
-            [] => Err(
-                "the API token sees no account; set accountId on the GatewayClassConfig".to_owned(),
-            ),
-            many => Err(format!(
-                "the API token sees {} accounts; set accountId on the GatewayClassConfig",
-                many.len()
-            )),
+            [] => Err(AccountError::None),
+            many => Err(AccountError::Many(many.len())),
         }
     }
 }

@@ -10,12 +10,13 @@ use gateway_api::apis::standard::grpcroutes::{
 use kube::ResourceExt;
 use tunnel_config::config::{self, Filter, GrpcRule};
 
-use super::backends::{BackendIndex, ClientCert, Referrer};
+use super::backends::{BackendIndex, Referrer};
 use super::parts::{
     header_modifier, referrer, refuse_extension_ref, request_mirror, route_rules, rule_parts_of,
     value_match,
 };
 use super::report::{Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// One GRPCRoute's rules for the document, and the verdicts about its contents.
 pub fn grpc_route(

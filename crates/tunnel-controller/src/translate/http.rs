@@ -15,12 +15,13 @@ use gateway_api::apis::standard::httproutes::{
 use kube::ResourceExt;
 use tunnel_config::config::{self, Filter, HttpRule, PathModifier};
 
-use super::backends::{BackendIndex, ClientCert, Referrer};
+use super::backends::{BackendIndex, Referrer};
 use super::parts::{
     header_modifier, referrer, refuse_extension_ref, request_mirror, route_rules, rule_parts_of,
     value_match,
 };
 use super::report::{Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// One HTTPRoute's rules for the document, and the verdicts about its contents.
 pub fn http_route(

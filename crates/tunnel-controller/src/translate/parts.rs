@@ -7,8 +7,9 @@
 
 use tunnel_config::config::{self, Filter};
 
-use super::backends::{BackendIndex, ClientCert, Ref, Referrer, Role};
+use super::backends::{BackendIndex, Ref, Referrer, Role};
 use super::report::{DocumentRule, Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// A route's rules, each translated by `rule` (its spec index, the rule, the route as referrer,
 /// the report) and kept when the proxy accepts it.

@@ -16,7 +16,7 @@
 //! caller retries and keeps the previous one (a holder is not evicted by an API outage, and a
 //! new claim is not accepted without an answer).
 
-use cloudflare_api::{Client, ConnectorToken, Error, ErrorKind};
+use cloudflare_api::{Client, ConnectorToken, Error, ErrorKind, TokenError};
 
 use crate::conditions::Verdict;
 
@@ -47,15 +47,31 @@ pub enum ClaimVerificationError {
         #[source]
         source: Error,
     },
-    #[error("could not verify tunnel {tunnel} with the Cloudflare API ({reason}); retrying")]
-    Unavailable { tunnel: String, reason: String },
+    #[error("could not verify tunnel {tunnel} with the Cloudflare API ({source}); retrying")]
+    Unavailable {
+        tunnel: String,
+        #[source]
+        source: Error,
+    },
+    #[error(
+        "could not verify tunnel {tunnel} with the Cloudflare API (the API returned a tunnel token that does not parse: {source}); retrying"
+    )]
+    UnparsableToken {
+        tunnel: String,
+        #[source]
+        source: TokenError,
+    },
 }
 
 impl ClaimVerificationError {
     /// True when the API gave no answer about the claim (network, 5xx, rate limit, an answer
     /// that is not the documented one): retry, and keep the previous verdict meanwhile.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ClaimVerificationError::Unavailable { .. })
+        matches!(
+            self,
+            ClaimVerificationError::Unavailable { .. }
+                | ClaimVerificationError::UnparsableToken { .. }
+        )
     }
 
     /// The reason on the Gateway's `Accepted=False`, one per failure.
@@ -65,7 +81,8 @@ impl ClaimVerificationError {
             ClaimVerificationError::TunnelNotFound { .. } => "TunnelNotFound",
             ClaimVerificationError::SecretMismatch { .. } => "TunnelSecretMismatch",
             ClaimVerificationError::CredentialsRefused { .. } => "TunnelNotVerifiable",
-            ClaimVerificationError::Unavailable { .. } => "TunnelVerificationPending",
+            ClaimVerificationError::Unavailable { .. }
+            | ClaimVerificationError::UnparsableToken { .. } => "TunnelVerificationPending",
         }
     }
 
@@ -103,7 +120,7 @@ pub async fn verify_claim(
         },
         _ => ClaimVerificationError::Unavailable {
             tunnel: tunnel.to_owned(),
-            reason: e.to_string(),
+            source: e,
         },
     };
     let found = api.get_tunnel(account, tunnel).await.map_err(refusal)?;
@@ -118,9 +135,9 @@ pub async fn verify_claim(
         .await
         .map_err(refusal)?;
     let issued =
-        ConnectorToken::parse(&issued).map_err(|e| ClaimVerificationError::Unavailable {
+        ConnectorToken::parse(&issued).map_err(|e| ClaimVerificationError::UnparsableToken {
             tunnel: tunnel.to_owned(),
-            reason: format!("the API returned a tunnel token that does not parse: {e}"),
+            source: e,
         })?;
     if issued.tunnel_id() == tunnel && issued.secret_matches(token) {
         Ok(())

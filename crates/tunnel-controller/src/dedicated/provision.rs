@@ -9,7 +9,7 @@
 //! (garbage collection), not with the parametersRef, so opting in again keeps the token.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use gateway_api::apis::standard::gateways::Gateway;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,9 +21,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::dedicated::AuthToken;
-use crate::model::{Model, ObjKey, Plane};
-use crate::render::{self, PlaneNames, RenderInputs};
+use super::render::{self, RenderInputs};
+use super::{AuthToken, Resolved};
+use crate::keys::ObjKey;
+use crate::model::{Model, Plane};
+use crate::names::{self, PlaneNames};
 use crate::status::{MANAGER, Notice};
 use crate::world::Snapshot;
 
@@ -104,7 +106,7 @@ impl Provisioner {
     async fn serve(
         &self,
         gw: &Gateway,
-        resolved: &crate::dedicated::Resolved,
+        resolved: &Resolved,
         snap: &Snapshot,
         notices: &mut Vec<Notice>,
     ) -> Result<(), String> {
@@ -185,7 +187,7 @@ impl Provisioner {
         let ns = desired.namespace().unwrap_or_default();
         let name = desired.name_any();
         let id = format!("{}/{ns}/{name}", K::kind(&()));
-        let hash = render::sha256_hex(&serde_json::to_string(desired).unwrap_or_default());
+        let hash = names::sha256_hex(&serde_json::to_string(desired).unwrap_or_default());
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
         let current = match live
             .iter()
@@ -199,7 +201,7 @@ impl Provisioner {
                 .map(|o| o.meta().clone()),
         };
         if let Some(meta) = &current
-            && !render::owned_by_gateway(meta, gw)
+            && !names::owned_by_gateway(meta, gw)
         {
             return Err(format!(
                 "{} {ns}/{name} exists and is not owned by this Gateway; it is left untouched and the data plane is not rendered until it is removed or renamed",
@@ -208,7 +210,7 @@ impl Provisioner {
         }
         let live_rv = current.as_ref().and_then(|m| m.resource_version.clone());
         {
-            let applied = self.applied.lock().expect("applied lock");
+            let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
             if let (Some((h, rv)), Some(live_rv)) = (applied.get(&id), &live_rv)
                 && *h == hash
                 && rv == live_rv
@@ -230,7 +232,7 @@ impl Provisioner {
         }
         self.applied
             .lock()
-            .expect("applied lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (hash, rv));
         Ok(current.is_none())
     }
@@ -268,7 +270,7 @@ impl Provisioner {
         else {
             return Ok(());
         };
-        if !render::owned_by_gateway(obj.meta(), gw) || obj.meta().deletion_timestamp.is_some() {
+        if !names::owned_by_gateway(obj.meta(), gw) || obj.meta().deletion_timestamp.is_some() {
             return Ok(());
         }
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
@@ -277,7 +279,7 @@ impl Provisioner {
                 tracing::info!(object = %format!("{}/{ns}/{name}", K::kind(&())), "removed a dedicated data plane object");
                 self.applied
                     .lock()
-                    .expect("applied lock")
+                    .unwrap_or_else(PoisonError::into_inner)
                     .remove(&format!("{}/{ns}/{name}", K::kind(&())));
                 Ok(())
             }

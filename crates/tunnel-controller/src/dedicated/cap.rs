@@ -11,14 +11,15 @@
 //! means no dedicated planes at all, never "unlimited".
 //!
 //! A refused Gateway keeps the address it already published; see
-//! [`crate::claims::status_addresses`].
+//! [`super::claims::status_addresses`].
 
 use std::collections::BTreeMap;
 
 use gateway_api::apis::standard::gateways::Gateway;
 
+use super::seniority::Seniority;
 use crate::conditions::Verdict;
-use crate::seniority::{GatewayKey, Seniority};
+use crate::keys::GatewayKey;
 
 /// The Gateway `Accepted=False` reason and the Warning Event reason.
 pub const DATA_PLANE_QUOTA_EXCEEDED: &str = "DataPlaneQuotaExceeded";
@@ -157,7 +158,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::claims::{self, ClaimPolicy, ClaimVerdict, Claimant};
+    use crate::dedicated::claims::{self, ClaimPolicy, ClaimVerdict, Claimant};
 
     fn contender(ns: &str, name: &str, created: i64, uid: &str) -> Contender {
         Contender {

@@ -24,8 +24,9 @@ use std::collections::BTreeMap;
 
 use gateway_api::apis::standard::gateways::{Gateway, GatewayStatusAddresses};
 
+use super::seniority::Seniority;
 use crate::conditions::Verdict;
-use crate::seniority::{GatewayKey, Seniority};
+use crate::keys::GatewayKey;
 
 /// The suffix of a tunnel's public hostname, which Gateways advertise in `status.addresses`.
 pub const TUNNEL_HOSTNAME_SUFFIX: &str = ".cfargotunnel.com";
@@ -81,7 +82,7 @@ pub struct Claimant {
     pub seniority: Seniority,
     /// The tunnel parsed from its connector token; `None` while its GatewayConfig, token Secret
     /// or the credentials it falls back to cannot be read, and while the token is refused by
-    /// [`crate::verify::verify_claim`] (a token that is not the tunnel's own claims nothing).
+    /// [`super::verify::verify_claim`] (a token that is not the tunnel's own claims nothing).
     pub token_tunnel: Option<String>,
     /// The tunnel in its `status.addresses` ([`advertised_tunnel`]).
     pub advertised_tunnel: Option<String>,

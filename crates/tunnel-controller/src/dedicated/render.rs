@@ -7,8 +7,8 @@
 //! [`render`] is pure: the same inputs give the same objects, and every field the API server
 //! would otherwise default is written out, so the objects can be compared with what is live and
 //! server-side applied without drift. Every object carries a controller ownerReference to the
-//! Gateway; [`owned_by_gateway`] is the guard against adopting or deleting an object at a
-//! rendered name that someone else owns.
+//! Gateway; [`owned_by_gateway`](crate::names::owned_by_gateway) is the guard against adopting or
+//! deleting an object at a rendered name that someone else owns.
 
 use std::collections::BTreeMap;
 
@@ -35,12 +35,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 
 use crate::api::{
     Autoscaling, DEFAULT_AUTH_TOKEN_KEY, DEFAULT_AUTOSCALING_METRIC, DEFAULT_REPLICAS,
     DEFAULT_TUNNEL_TOKEN_KEY, GatewayConfig,
 };
+use crate::names::{PlaneNames, label_value, sha256_hex};
 
 /// Selector label naming the Gateway a plane serves (value through [`label_value`]).
 pub const LABEL_GATEWAY: &str = "cf.k8s.lex.la/gateway";
@@ -72,90 +72,6 @@ pub const DRAIN_MARGIN_SECONDS: i64 = 15;
 const PROXY_DRAIN_TIMEOUT_SECONDS: i64 = 10;
 /// UID and GID of the containers: the distroless `nonroot` user the cloudflared image uses.
 const NONROOT_ID: i64 = 65532;
-
-/// The names of a Gateway's plane objects in its namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlaneNames {
-    /// `cf-proxy-<gw>`; the HPA has the same name.
-    pub deployment: String,
-    /// `cf-proxy-<gw>-config`, the headless Service the pushes resolve.
-    pub config_service: String,
-    /// `cf-proxy-<gw>-netpol`.
-    pub network_policy: String,
-    /// `cf-proxy-<gw>-auth`, used only when the GatewayConfig has no `authTokenSecretRef`.
-    pub auth_secret: String,
-}
-
-impl PlaneNames {
-    /// Names from the Gateway's name. A name that would not fit (the longest suffix,
-    /// `-config`, must stay within the 63 characters of a Service name) or that has characters a
-    /// Service name cannot have (`.`) is cut and sanitised, with 8 hex characters of its sha256
-    /// appended so distinct Gateways keep distinct names.
-    pub fn for_gateway(gateway_name: &str) -> Self {
-        const MAX_STEM: usize = 63 - "cf-proxy-".len() - "-config".len();
-        let fits = gateway_name.len() <= MAX_STEM
-            && gateway_name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        let stem = if fits {
-            gateway_name.to_owned()
-        } else {
-            let head: String = gateway_name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .take(MAX_STEM - 1 - HASH_CHARS)
-                .collect();
-            with_hash(head.trim_end_matches('-'), gateway_name)
-        };
-        Self {
-            deployment: format!("cf-proxy-{stem}"),
-            config_service: format!("cf-proxy-{stem}-config"),
-            network_policy: format!("cf-proxy-{stem}-netpol"),
-            auth_secret: format!("cf-proxy-{stem}-auth"),
-        }
-    }
-}
-
-const HASH_CHARS: usize = 8;
-
-fn with_hash(head: &str, original: &str) -> String {
-    let hash = &sha256_hex(original)[..HASH_CHARS];
-    if head.is_empty() {
-        hash.to_owned()
-    } else {
-        format!("{head}-{hash}")
-    }
-}
-
-/// A label value for a name: the name itself up to 63 characters; a longer one is cut and
-/// suffixed with 8 hex characters of its sha256. The `cf.k8s.lex.la/gateway` selector label and
-/// both GEP-1762 labels go through this one function, so tooling matching the exact name misses
-/// only for names over 63 characters.
-pub fn label_value(name: &str) -> String {
-    const MAX: usize = 63;
-    if name.len() <= MAX {
-        return name.to_owned();
-    }
-    let head: String = name.chars().take(MAX - 1 - HASH_CHARS).collect();
-    with_hash(
-        head.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()),
-        name,
-    )
-}
-
-/// Lower-case hex sha256, as written in the token-hash annotations.
-pub fn sha256_hex(value: &str) -> String {
-    Sha256::digest(value.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A fresh config-API token for the generated Secret: 32 random bytes, hex. The caller creates
 /// the Secret once and reads it back afterwards; the token is never rotated.
@@ -219,20 +135,6 @@ pub enum RenderError {
 impl RenderError {
     /// The Gateway `Accepted` reason for every render failure.
     pub const REASON: &'static str = "InvalidParameters";
-}
-
-/// True when `meta` names this Gateway (by UID) as its controller: the only objects at a
-/// rendered name the controller may update or delete.
-pub fn owned_by_gateway(meta: &ObjectMeta, gateway: &Gateway) -> bool {
-    let Some(uid) = gateway.metadata.uid.as_deref() else {
-        return false;
-    };
-    meta.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true)
-            && r.uid == uid
-            && r.kind == "Gateway"
-            && r.api_version.starts_with("gateway.networking.k8s.io/")
-    })
 }
 
 /// Renders the plane of `gateway` as configured by `config` (its
@@ -730,6 +632,7 @@ mod tests {
 
     use super::*;
     use crate::api::GatewayConfigSpec;
+    use crate::names::owned_by_gateway;
 
     const TUNNEL_TOKEN: &str =
         "eyJhIjoiMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYifQ-tunnel-secret";
@@ -862,45 +765,6 @@ mod tests {
                 auth_secret: "cf-proxy-edge-auth".into(),
             }
         );
-    }
-
-    #[test]
-    fn long_names_are_cut_to_63_characters_with_a_hash_suffix() {
-        let long_a = format!("{}-a", "x".repeat(80));
-        let long_b = format!("{}-b", "x".repeat(80));
-        let (a, b) = (
-            PlaneNames::for_gateway(&long_a),
-            PlaneNames::for_gateway(&long_b),
-        );
-        for n in [
-            &a.deployment,
-            &a.config_service,
-            &a.network_policy,
-            &a.auth_secret,
-        ] {
-            assert!(n.len() <= 63, "{n} is {} long", n.len());
-            assert!(n.ends_with(|c: char| c.is_ascii_alphanumeric()), "{n}");
-        }
-        assert_ne!(
-            a.deployment, b.deployment,
-            "distinct Gateways keep distinct planes"
-        );
-        assert_eq!(
-            a.config_service,
-            format!("{}-config", a.deployment),
-            "the plane's objects share one stem"
-        );
-        // A dotted Gateway name is legal, a dotted Service name is not; and it must not collide
-        // with the dashed spelling.
-        let dotted = PlaneNames::for_gateway("edge.v2");
-        assert!(!dotted.config_service.contains('.'));
-        assert_ne!(dotted, PlaneNames::for_gateway("edge-v2"));
-
-        let label = label_value(&long_a);
-        assert_eq!(label.len(), 63);
-        assert_ne!(label, label_value(&long_b));
-        assert_eq!(label_value("edge"), "edge");
-        assert_eq!(label_value(&"y".repeat(63)), "y".repeat(63));
     }
 
     #[test]

@@ -4,40 +4,9 @@
 //! differently.
 
 use std::cmp::Ordering;
-use std::fmt;
 
-use gateway_api::apis::standard::gateways::Gateway;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-
-/// A Gateway's namespace and name; displays as `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GatewayKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl GatewayKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    pub fn of(gateway: &Gateway) -> Self {
-        Self::new(
-            gateway.metadata.namespace.clone().unwrap_or_default(),
-            gateway.metadata.name.clone().unwrap_or_default(),
-        )
-    }
-}
-
-impl fmt::Display for GatewayKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// A position in the oldest-first order. `Ord`: an older Gateway is `Less`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,13 +63,5 @@ mod tests {
         assert!(at(100, "zzz") < at(200, "aaa"));
         assert!(at(100, "aaa") < at(100, "bbb"));
         assert!(at(100, "aaa") < Seniority::new(None, "000"));
-    }
-
-    #[test]
-    fn a_key_displays_as_namespace_slash_name() {
-        assert_eq!(
-            GatewayKey::new("tenant-a", "edge").to_string(),
-            "tenant-a/edge"
-        );
     }
 }
