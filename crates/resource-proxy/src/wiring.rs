@@ -51,9 +51,9 @@ use kube::{Resource, ResourceExt};
 use kube_support::leader::LeaseConfig;
 use tokio::sync::watch;
 
+use crate::config::names;
 use crate::config::{Config, GroupVersionListener};
-use crate::names;
-use crate::serving::ServingMaterial;
+use crate::listen::serving::ServingMaterial;
 
 /// How often the leader re-applies the wiring by default.
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(10);

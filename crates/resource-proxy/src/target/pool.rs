@@ -1,5 +1,5 @@
 //! The streamed connections to a target's peers, which carry the watches (other requests go
-//! through [`crate::exchange`]). kube-apiserver offers HTTP/2 (ALPN `h2`), so watches share a
+//! through [`crate::target::exchange`]). kube-apiserver offers HTTP/2 (ALPN `h2`), so watches share a
 //! few multiplexed connections per peer instead of one TLS connection each; a peer that offers
 //! only HTTP/1.1 gets one watch per connection.
 //!
@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::PeerAddress;
-use crate::exchange::ExchangeError;
+use crate::target::exchange::ExchangeError;
 
 /// Concurrent requests (watches included) per HTTP/2 connection. kube-apiserver announces
 /// 1000 (`--http2-max-streams-per-connection`), other API servers built on the generic server
@@ -59,7 +59,7 @@ pub type Dial = BoxFuture<'static, Result<TlsStream<TcpStream>, DialError>>;
 /// A boxed error of a body or connection.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Why [`Pool::send`] (or [`crate::exchange::Exchanges::send`]) failed.
+/// Why [`Pool::send`] (or [`crate::target::exchange::Exchanges::send`]) failed.
 #[derive(Debug)]
 pub enum SendError {
     /// No connection: the dial failed.
@@ -182,7 +182,7 @@ impl Drop for Reservation {
 }
 
 /// The body of a target's answer: a stream on an HTTP/2 connection, held until it is read to
-/// the end or dropped, or an answer read whole ([`crate::exchange`]).
+/// the end or dropped, or an answer read whole ([`crate::target::exchange`]).
 pub struct TargetBody(Kind);
 
 enum Kind {

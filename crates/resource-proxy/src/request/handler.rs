@@ -14,22 +14,24 @@ use hyper::body::Incoming;
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::Value;
 
-use crate::answer_owner::is_owned_answer;
-use crate::caller_auth::{Authenticator, PeerChain};
+use crate::api::request_info::{RequestInfo, Route, Verb, classify};
+use crate::api::status::{RETRY_AFTER_SECONDS, Status};
 use crate::config::{AccessMode, GroupVersionListener};
-use crate::discovery::{self, Discovery, Source};
-use crate::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels};
+use crate::listen::caller_auth::{Authenticator, PeerChain};
 use crate::metrics::{
     GroupVersionReasonLabels, Metrics, ReasonLabels, RequestSeries, TargetLabels,
 };
-use crate::owner_refs;
-use crate::request_info::{RequestInfo, Route, Verb, classify};
-use crate::selector::{is_owned_object, scope_query};
-use crate::status::{RETRY_AFTER_SECONDS, Status};
+use crate::request::discovery::{self, Discovery, Source};
 use crate::target::{TargetBody, TargetClient};
+use crate::tenancy::answer_owner::is_owned_answer;
+use crate::tenancy::labels::{
+    self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES, OwnerLabels,
+};
+use crate::tenancy::owner_refs;
+use crate::tenancy::selector::{is_owned_object, scope_query};
 
 /// Errors of a body stream: the target's, or ours.
-pub use crate::pool::BoxError;
+pub use crate::target::pool::BoxError;
 /// The body of every response the proxy sends.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -1284,7 +1286,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> 
 pub fn status_response(status: &Status) -> Response<ProxyBody> {
     bytes_response(
         StatusCode::from_u16(status.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        crate::status::CONTENT_TYPE,
+        crate::api::status::CONTENT_TYPE,
         Bytes::from(status.to_json()),
     )
 }

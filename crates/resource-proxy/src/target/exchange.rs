@@ -1,7 +1,7 @@
 //! Non-watch requests to a target: one request and its whole answer over a pooled HTTP/1.1
 //! connection, written and read by the calling task itself.
 //!
-//! Why not the HTTP/2 connections of [`crate::pool`] (which carry the watches): there a request
+//! Why not the HTTP/2 connections of [`crate::target::pool`] (which carry the watches): there a request
 //! hands its frames to the connection's own task and is woken again when that task has read the
 //! answer, two task hops (across tokio workers, thread wake-ups) and an HTTP/2 state machine per
 //! request, which made up most of what the proxy added to a GET. Here the request's task writes
@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
 use crate::config::PeerAddress;
-use crate::pool::{Dial, DialError, SendError, TargetBody};
+use crate::target::pool::{Dial, DialError, SendError, TargetBody};
 
 /// The longest a connection waits idle before it is used again; older ones are closed.
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(30);

@@ -20,8 +20,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
-use crate::caller_auth::{DeferredClientAuth, PeerChain};
-use crate::handler::{Listener, handle};
+use crate::listen::caller_auth::{DeferredClientAuth, PeerChain};
+use crate::request::handler::{Listener, handle};
 
 /// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100_000;

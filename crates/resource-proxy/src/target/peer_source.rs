@@ -15,8 +15,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
 
 use crate::config::PeerAddress;
-use crate::peers::PeerSet;
 use crate::target::TargetClient;
+use crate::target::peers::PeerSet;
 
 /// Label Kubernetes puts on the EndpointSlices of a Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -138,7 +138,7 @@ pub async fn follow(target: TargetClient, cluster: kube::Client, source: Endpoin
                 }
                 Err(e) => {
                     if peers.watch_down_for().is_none() {
-                        tracing::error!(target = %name, service = %source.service, namespace = %source.namespace, error = %e, "peer watch went down: using the cached peer list for at most {:?}", crate::peers::STALE_AFTER);
+                        tracing::error!(target = %name, service = %source.service, namespace = %source.namespace, error = %e, "peer watch went down: using the cached peer list for at most {:?}", crate::target::peers::STALE_AFTER);
                     } else {
                         tracing::debug!(target = %name, error = %e, "peer watch still down");
                     }

@@ -13,6 +13,9 @@
 //! The `customResources` section has the shape and rules of vCluster's
 //! `experimental.proxy.customResources`.
 
+pub(crate) mod dns;
+pub mod names;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -20,8 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::dns::{is_dns1035_label, is_dns1123_label, is_dns1123_subdomain};
-use crate::names;
+use crate::config::dns::{is_dns1035_label, is_dns1123_label, is_dns1123_subdomain};
 
 /// Default first listener port.
 pub const DEFAULT_BASE_PORT: u16 = 9100;
@@ -1234,7 +1236,7 @@ targets:
     #[test]
     fn example_config_in_deploy_parses_and_resolves() {
         let config = resolved(include_str!(
-            "../../../deploy/resource-proxy/example-config.yaml"
+            "../../../../deploy/resource-proxy/example-config.yaml"
         ));
         assert_eq!(
             config.client.target_user(),
