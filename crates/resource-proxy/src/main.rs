@@ -21,7 +21,7 @@ use resource_proxy::listen::caller_auth::Authenticator;
 use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::listen::serving;
 use resource_proxy::metrics::Metrics;
-use resource_proxy::request::handler::Listener;
+use resource_proxy::request::handler::ListenerContext;
 use resource_proxy::target::TargetClient;
 use resource_proxy::target::peer_source;
 use resource_proxy::tenancy::labels::OwnerLabels;
@@ -183,7 +183,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let tls = server::tls_config(cert);
     let owner = OwnerLabels::for_client(&config.client);
     for l in &config.listeners {
-        let ctx = Arc::new(Listener::new(
+        let ctx = Arc::new(ListenerContext::new(
             l.clone(),
             targets[&l.target].clone(),
             auth.clone(),

@@ -21,7 +21,22 @@ use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
 use crate::listen::caller_auth::{DeferredClientAuth, PeerChain};
-use crate::request::handler::{Listener, handle};
+
+/// What a listener serves: the request path of its group/version
+/// ([`crate::request::handler::ListenerContext`]).
+pub trait Handler: Send + Sync + 'static {
+    /// The body of its answers.
+    type Body: http_body::Body<Data = bytes::Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+
+    /// Answers one request; `peer` is the client certificate chain of the connection.
+    fn handle(
+        self: Arc<Self>,
+        peer: Option<Arc<PeerChain>>,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> impl Future<Output = http::Response<Self::Body>> + Send;
+}
 
 /// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100_000;
@@ -99,8 +114,8 @@ fn cipher_rank(suite: &rustls::SupportedCipherSuite) -> u8 {
 
 /// Binds the listener's address and serves until `shutdown` turns true. Returns the bound
 /// address and the accept loop's task.
-pub async fn serve(
-    ctx: Arc<Listener>,
+pub async fn serve<H: Handler>(
+    ctx: Arc<H>,
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
@@ -150,7 +165,7 @@ pub async fn serve(
                     // watch stays in the body state for hours; the request path's future is
                     // freed once it has answered.
                     Box::pin(async move {
-                        Ok::<_, std::convert::Infallible>(handle(ctx, peer, req).await)
+                        Ok::<_, std::convert::Infallible>(ctx.handle(peer, req).await)
                     })
                 });
                 let mut builder = auto::Builder::new(TokioExecutor::new());
