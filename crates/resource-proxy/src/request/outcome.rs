@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::api::status::{RETRY_AFTER_SECONDS, Status};
 
 /// Errors of a body stream: the target's, or ours.
-pub use crate::target::pool::BoxError;
+pub use crate::target::conn::BoxError;
 /// The body of every response the proxy sends.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 

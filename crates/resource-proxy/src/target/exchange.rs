@@ -31,8 +31,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
+use super::conn::{Dial, DialError, ExchangeError, SendError};
+use super::pool::TargetBody;
 use crate::config::PeerAddress;
-use crate::target::pool::{Dial, DialError, SendError, TargetBody};
 
 /// The longest a connection waits idle before it is used again; older ones are closed.
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(30);
@@ -43,17 +44,6 @@ const MAX_HEADERS: usize = 128;
 const MAX_HEAD: usize = 256 * 1024;
 /// Connections closed under a request before it could be answered, before the request fails.
 const ATTEMPTS: usize = 3;
-
-/// What went wrong on an HTTP/1.1 connection to the target.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    #[error("the connection to the target failed: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the target closed the connection before its answer was complete")]
-    Closed,
-    #[error("the target's answer is not valid HTTP/1.1: {0}")]
-    Malformed(&'static str),
-}
 
 type Io = TlsStream<TcpStream>;
 

@@ -10,9 +10,11 @@
 //!
 //! - [`peers`]: a target's peers with their health, quarantine and staleness (RP-10, RP-11);
 //! - [`peer_source`]: the EndpointSlice watch that publishes them (RP-9);
+//! - [`conn`]: what both kinds of connection share: the dial and how a request fails;
 //! - [`exchange`]: requests and whole answers over pooled HTTP/1.1 connections;
 //! - [`pool`]: watches on multiplexed HTTP/2 connections.
 
+pub mod conn;
 pub mod exchange;
 pub mod peer_source;
 pub mod peers;
@@ -32,10 +34,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObjec
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
 use crate::metrics::{Metrics, PeerStateLabels, ReasonLabels, TargetLabels};
+use crate::target::conn::{BoxError, Dial, DialError, SendError};
 use crate::target::exchange::Exchanges;
 use crate::target::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Pick, Transition};
+use crate::target::pool::Pool;
 pub use crate::target::pool::TargetBody;
-use crate::target::pool::{BoxError, Dial, DialError, Pool, SendError};
 
 /// A request on its way to a peer.
 #[derive(Clone, Copy)]

@@ -30,11 +30,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 
+use super::conn::{BoxError, Dial, DialError, ExchangeError, SendError};
 use crate::config::PeerAddress;
-use crate::target::exchange::ExchangeError;
 
 /// Concurrent requests (watches included) per HTTP/2 connection. kube-apiserver announces
 /// 1000 (`--http2-max-streams-per-connection`), other API servers built on the generic server
@@ -44,31 +42,6 @@ pub const STREAMS_PER_CONNECTION: usize = 100;
 /// [`KEEP_ALIVE_TIMEOUT`] it is closed, and the watches on it end (clients re-watch).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Why a dial failed. Nothing of any request was sent.
-#[derive(Debug, Clone)]
-pub struct DialError {
-    /// The dial took longer than the dial timeout.
-    pub timeout: bool,
-    pub message: String,
-}
-
-/// A dial in progress: TCP and TLS to one peer, ALPN offered `h2` and `http/1.1`.
-pub type Dial = BoxFuture<'static, Result<TlsStream<TcpStream>, DialError>>;
-
-/// A boxed error of a body or connection.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Why [`Pool::send`] (or [`crate::target::exchange::Exchanges::send`]) failed.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection: the dial failed.
-    Dial(DialError),
-    /// The connections closed before the request could be written.
-    NotSent(BoxError),
-    /// The request was (possibly) written; the exchange then failed.
-    Sent(BoxError),
-}
 
 /// The pooled connections of one target, by peer.
 #[derive(Default)]
