@@ -7,12 +7,15 @@
 //! cached list is used for 60 s, then distrusted. A fresh list (after the watcher re-lists)
 //! resets the clock. Both moments are logged, the recovery with how long the watch was down.
 
-use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
-use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::{WatchStreamExt, reflector};
 
 use crate::config::PeerAddress;
 use crate::target::TargetClient;
@@ -82,79 +85,120 @@ pub fn ready_peers<'a>(
 }
 
 /// Longest pause between attempts to re-establish a failed peer watch.
-pub const MAX_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// The first pause after a failure; each failure in a row doubles it.
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
 
-/// Follows the EndpointSlices of `source` in `cluster` and publishes them to `target`'s peer
-/// set, forever. After an error the watch is started afresh (a full list), so the recovery is
-/// a publication even when nothing changed meanwhile; attempts are 0.5 s apart, doubling up to
-/// [`MAX_RETRY_DELAY`].
+/// Follows the EndpointSlices of `source` in `cluster` (a reflector: watch and store) and
+/// publishes them to `target`'s peer set, forever. After an error the watch is started afresh
+/// (a full list, see [`relisting`]), so the recovery is a publication even when nothing changed
+/// meanwhile; attempts are 0.5 s apart, doubling up to [`MAX_RETRY_DELAY`].
 pub async fn follow(target: TargetClient, cluster: kube::Client, source: EndpointSliceSource) {
     let api = kube::Api::<EndpointSlice>::namespaced(cluster, &source.namespace);
     let config =
         watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={}", source.service));
+    let (slices, writer) = reflector::store();
+    let events = relisting(api, config)
+        .backoff(RetryDelay::default())
+        .reflect(writer);
+    let mut events = std::pin::pin!(events);
     let peers: &PeerSet = target.peers();
-    let name = target.name().to_owned();
+    let name = target.name();
     let mut first = true;
-    let mut delay = std::time::Duration::from_millis(500);
-    loop {
-        let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-        let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
-        let mut initial: Option<BTreeMap<String, EndpointSlice>> = None;
-        let publish = |slices: &BTreeMap<String, EndpointSlice>, why: &str| {
-            let list = ready_peers(slices.values(), &source.port_name);
-            if let Some(down) = peers.watch_down_for() {
-                tracing::info!(target = %name, service = %source.service, namespace = %source.namespace, down_for_seconds = down.as_secs_f64(), "peer watch recovered after being down for {down:.1?}; the peer list is trusted again");
+    let publish = |why: &str| {
+        let list = ready_peers(slices.state().iter().map(AsRef::as_ref), &source.port_name);
+        if let Some(down) = peers.watch_down_for() {
+            tracing::info!(target = %name, service = %source.service, namespace = %source.namespace, down_for_seconds = down.as_secs_f64(), "peer watch recovered after being down for {down:.1?}; the peer list is trusted again");
+        }
+        if peers.hosts() != list || why == "sync" {
+            tracing::info!(target = %name, peers = ?list.iter().map(ToString::to_string).collect::<Vec<_>>(), cause = why, "published the target's peers");
+        }
+        if list.is_empty() {
+            tracing::warn!(target = %name, service = %source.service, namespace = %source.namespace, "the target's Service has no ready endpoints with port {:?}: requests fail with no_peer", source.port_name);
+        }
+        peers.publish(list);
+        target.refresh_peer_gauges();
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::InitDone) => {
+                publish(if first { "sync" } else { "resync" });
+                first = false;
             }
-            if peers.hosts() != list || why == "sync" {
-                tracing::info!(target = %name, peers = ?list.iter().map(ToString::to_string).collect::<Vec<_>>(), cause = why, "published the target's peers");
-            }
-            if list.is_empty() {
-                tracing::warn!(target = %name, service = %source.service, namespace = %source.namespace, "the target's Service has no ready endpoints with port {:?}: requests fail with no_peer", source.port_name);
-            }
-            peers.publish(list);
-            target.refresh_peer_gauges();
-        };
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(Event::Init) => initial = Some(BTreeMap::new()),
-                Ok(Event::InitApply(s)) => {
-                    if let Some(init) = initial.as_mut() {
-                        init.insert(key(&s), s);
-                    }
+            Ok(Event::Apply(_) | Event::Delete(_)) => publish("changed"),
+            Ok(Event::Init | Event::InitApply(_)) => {}
+            Err(e) => {
+                if peers.watch_down_for().is_none() {
+                    tracing::error!(target = %name, service = %source.service, namespace = %source.namespace, error = %e, "peer watch went down: using the cached peer list for at most {:?}", crate::target::peers::STALE_AFTER);
+                } else {
+                    tracing::debug!(target = %name, error = %e, "peer watch still down");
                 }
-                Ok(Event::InitDone) => {
-                    slices = initial.take().unwrap_or_default();
-                    publish(&slices, if first { "sync" } else { "resync" });
-                    first = false;
-                    delay = std::time::Duration::from_millis(500);
-                }
-                Ok(Event::Apply(s)) => {
-                    slices.insert(key(&s), s);
-                    publish(&slices, "changed");
-                }
-                Ok(Event::Delete(s)) => {
-                    slices.remove(&key(&s));
-                    publish(&slices, "changed");
-                }
-                Err(e) => {
-                    if peers.watch_down_for().is_none() {
-                        tracing::error!(target = %name, service = %source.service, namespace = %source.namespace, error = %e, "peer watch went down: using the cached peer list for at most {:?}", crate::target::peers::STALE_AFTER);
-                    } else {
-                        tracing::debug!(target = %name, error = %e, "peer watch still down");
-                    }
-                    peers.watch_down();
-                    target.refresh_peer_gauges();
-                    break;
-                }
+                peers.watch_down();
+                target.refresh_peer_gauges();
             }
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_RETRY_DELAY);
     }
 }
 
-fn key(s: &EndpointSlice) -> String {
-    s.metadata.name.clone().unwrap_or_default()
+type Events = BoxStream<'static, watcher::Result<Event<EndpointSlice>>>;
+
+/// A watcher that starts afresh (a full list) after every error. kube's watcher resumes a
+/// failed watch from the last resource version it saw: when the host cluster comes back nothing
+/// is listed, so nothing would be published and the peer list would stay distrusted for as long
+/// as the Service does not change. A fresh watcher's `Init` is held back until its list has
+/// answered, so the back-off is reset by an answer of the host cluster, not by the restart.
+fn relisting(
+    api: kube::Api<EndpointSlice>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<EndpointSlice>>> + Send {
+    stream::unfold(
+        (None::<Events>, None::<Event<EndpointSlice>>),
+        move |(current, held)| {
+            let (api, config) = (api.clone(), config.clone());
+            async move {
+                let mut events = current.unwrap_or_else(|| watcher(api, config).boxed());
+                if let Some(held) = held {
+                    return Some((Ok(held), (Some(events), None)));
+                }
+                match events.next().await? {
+                    Ok(Event::Init) => match events.next().await? {
+                        Ok(next) => Some((Ok(Event::Init), (Some(events), Some(next)))),
+                        Err(e) => Some((Err(e), (None, None))),
+                    },
+                    Ok(event) => Some((Ok(event), (Some(events), None))),
+                    Err(e) => Some((Err(e), (None, None))),
+                }
+            }
+        },
+    )
+}
+
+/// The pause after each failure in a row: [`FIRST_RETRY_DELAY`], doubling up to
+/// [`MAX_RETRY_DELAY`]. (kube's default back-off grows to 30 s: a host cluster that came back
+/// would go unnoticed for that long while the peer list is distrusted.)
+#[derive(Debug, Clone, Copy)]
+struct RetryDelay(Duration);
+
+impl Default for RetryDelay {
+    fn default() -> Self {
+        Self(FIRST_RETRY_DELAY)
+    }
+}
+
+impl Iterator for RetryDelay {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.0;
+        self.0 = (delay * 2).min(MAX_RETRY_DELAY);
+        Some(delay)
+    }
+}
+
+impl Backoff for RetryDelay {
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
 }
 
 #[cfg(test)]
