@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -351,7 +351,7 @@ impl Wiring {
             .iter()
             .map(|r| (r.group_version.clone(), r.reason.to_string()))
             .collect();
-        let mut previous = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut previous = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         for (group_version, reason) in &now {
             if previous.get(group_version) != Some(reason) {
                 tracing::warn!(%group_version, %reason, "refusing to register the group/version in the client cluster");

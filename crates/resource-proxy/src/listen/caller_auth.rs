@@ -11,7 +11,7 @@
 //! as verified until the earliest `notAfter` of the chain ([`PeerChain`]): later requests on the
 //! connection skip the check. A settings change (CA rotation) re-verifies with the next request.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use futures::StreamExt;
@@ -165,7 +165,7 @@ impl Authenticator {
         };
         let now = UnixTime::now();
         {
-            let verified = peer.verified.lock().expect("verification lock");
+            let verified = peer.verified.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(v) = verified
                 .as_ref()
                 .filter(|v| Arc::ptr_eq(&v.settings, &current) && now.as_secs() < v.until)
@@ -180,7 +180,7 @@ impl Authenticator {
             .verify_client_cert(&chain[0], &chain[1..], now)
             .map_err(|e| AuthError::Untrusted(e.to_string()))?;
         let cn = common_name(&chain[0]).unwrap_or_default();
-        *peer.verified.lock().expect("verification lock") = Some(Verified {
+        *peer.verified.lock().unwrap_or_else(PoisonError::into_inner) = Some(Verified {
             settings: current.clone(),
             until: chain.iter().map(not_after).min().unwrap_or(0),
             cn: cn.clone(),

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -110,7 +110,7 @@ impl<C> IdleLists<C> {
 impl Exchanges {
     /// Idle connections to `addr`.
     pub fn idle_connections(&self, addr: &PeerAddress) -> usize {
-        let idle = self.idle.lock().expect("idle connections lock");
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         idle.by_peer.get(addr).map_or(0, Vec::len)
     }
 
@@ -160,7 +160,7 @@ impl Exchanges {
 
     /// The most recently used idle connection to `addr` that is young enough and still open.
     fn take(&self, addr: &PeerAddress) -> Option<Io> {
-        let mut idle = self.idle.lock().expect("idle connections lock");
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.by_peer.get_mut(addr)?;
         while let Some(mut conn) = list.pop() {
             if conn.since.elapsed() <= IDLE_FOR_AT_MOST && still_open(&mut conn.io) {
@@ -172,7 +172,7 @@ impl Exchanges {
 
     fn put(&self, addr: &PeerAddress, io: Io) {
         let now = Instant::now();
-        let mut idle = self.idle.lock().expect("idle connections lock");
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         idle.put(addr, io, now);
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -131,7 +131,7 @@ impl Conn {
             Some(Ok(Sender::H2(s))) => s.is_closed(),
             Some(Ok(Sender::H1(slot))) => slot
                 .lock()
-                .expect("connection lock")
+                .unwrap_or_else(PoisonError::into_inner)
                 .as_ref()
                 .is_some_and(|s| s.is_closed()),
         }
@@ -223,7 +223,7 @@ const UNSENT_ATTEMPTS: usize = 3;
 impl Pool {
     /// Connections per peer (tests and metrics of the pool's shape).
     pub fn connections(&self, addr: &PeerAddress) -> usize {
-        let mut peers = self.peers.lock().expect("pool lock");
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         peers.get_mut(addr).map_or(0, |list| {
             list.retain(|c| !c.is_dead());
             list.len()
@@ -249,7 +249,7 @@ impl Pool {
             let sent = match sender {
                 Sender::H2(mut s) => s.try_send_request(req).await,
                 Sender::H1(slot) => {
-                    let taken = slot.lock().expect("connection lock").take();
+                    let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
                     // Another request reserved this connection while it was dialled, before it
                     // turned out to be HTTP/1.1: find another.
                     let Some(s) = taken else {
@@ -298,7 +298,7 @@ impl Pool {
 
     /// A stream on the first connection of `addr` with room, or on a new dial.
     fn reserve(&self, addr: &PeerAddress, dial: &impl Fn() -> Dial) -> Reservation {
-        let mut peers = self.peers.lock().expect("pool lock");
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         let list = peers.entry(addr.clone()).or_default();
         list.retain(|c| !c.is_dead());
         let conn = match list
