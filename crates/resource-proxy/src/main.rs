@@ -157,8 +157,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let material = serving::ensure(&client, &config)
         .await
         .context("serving certificate")?;
-    let cert = ServingCert::from_pem(&material.cert_chain_pem, &material.key_pem)
-        .map_err(anyhow::Error::msg)?;
+    let cert = ServingCert::from_pem(&material.cert_chain_pem, &material.key_pem)?;
     let serving_rx = serving::watch_serving(
         client.clone(),
         config.clone(),

@@ -81,6 +81,23 @@ impl PeerChain {
     }
 }
 
+/// Why request-header settings cannot be used (the previous ones stay in force).
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The ConfigMap names no request-header CA.
+    #[error("no requestheader-client-ca-file")]
+    NoCa,
+    /// The CA bundle does not parse.
+    #[error("{0}")]
+    CaPem(rustls::pki_types::pem::Error),
+    /// A CA certificate is unusable.
+    #[error("{0}")]
+    CaCertificate(rustls::Error),
+    /// No client-certificate verifier can be built from the CAs.
+    #[error("{0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+}
+
 /// Checks callers against the current request-header settings.
 #[derive(Clone, Default)]
 pub struct Authenticator {
@@ -89,19 +106,22 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Replaces the settings with those in the ConfigMap's data.
-    pub fn update(&self, data: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    pub fn update(
+        &self,
+        data: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), SettingsError> {
         let ca = data
             .get("requestheader-client-ca-file")
-            .ok_or("no requestheader-client-ca-file")?;
+            .ok_or(SettingsError::NoCa)?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots
-                .add(cert.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+                .add(cert.map_err(SettingsError::CaPem)?)
+                .map_err(SettingsError::CaCertificate)?;
         }
         let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(SettingsError::Verifier)?;
         let list = |key: &str, default: &[&str]| -> Vec<String> {
             data.get(key)
                 .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())

@@ -15,7 +15,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
@@ -47,33 +48,48 @@ pub struct ServingCert(Arc<ArcSwap<CertifiedKey>>);
 
 impl ServingCert {
     /// From a PEM certificate chain and private key.
-    pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Self, String> {
+    pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Self, CertError> {
         Ok(Self(Arc::new(ArcSwap::from_pointee(certified_key(
             chain_pem, key_pem,
         )?))))
     }
 
     /// Replaces the certificate; new handshakes use it at once.
-    pub fn replace(&self, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+    pub fn replace(&self, chain_pem: &str, key_pem: &str) -> Result<(), CertError> {
         self.0.store(Arc::new(certified_key(chain_pem, key_pem)?));
         Ok(())
     }
 }
 
-fn certified_key(chain_pem: &str, key_pem: &str) -> Result<CertifiedKey, String> {
+/// Why a serving certificate and key cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// The certificate PEM does not parse.
+    #[error("serving certificate: {0}")]
+    Chain(pem::Error),
+    /// The certificate PEM holds no certificate.
+    #[error("serving certificate: no certificate in the PEM")]
+    NoCertificate,
+    /// The key PEM does not parse.
+    #[error("serving key: {0}")]
+    Key(pem::Error),
+    /// The certificate and key do not make a usable pair.
+    #[error("serving certificate and key: {0}")]
+    Unusable(rustls::Error),
+}
+
+fn certified_key(chain_pem: &str, key_pem: &str) -> Result<CertifiedKey, CertError> {
     let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("serving certificate: {e}"))?;
+        .map_err(CertError::Chain)?;
     if chain.is_empty() {
-        return Err("serving certificate: no certificate in the PEM".into());
+        return Err(CertError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| format!("serving key: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(CertError::Key)?;
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    CertifiedKey::from_der(chain, key, &provider)
-        .map_err(|e| format!("serving certificate and key: {e}"))
+    CertifiedKey::from_der(chain, key, &provider).map_err(CertError::Unusable)
 }
 
 impl ResolvesServerCert for ServingCert {

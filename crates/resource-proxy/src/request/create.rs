@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::forward::{REQUEST_DEADLINE, answer, log_server_error, target_unavailable, terminated};
 use super::handler::ListenerContext;
+use super::lookup::LookupError;
 use super::outcome::{Outcome, bytes_response};
 use crate::tenancy::owner_refs;
 
@@ -140,25 +141,28 @@ async fn find_created(
     ctx: &ListenerContext,
     collection: &str,
     id: &str,
-) -> Result<Option<Bytes>, String> {
+) -> Result<Option<Bytes>, LookupError> {
     let selector: String =
         form_urlencoded::byte_serialize(format!("{CREATE_ID_LABEL}={id}").as_bytes()).collect();
     let req = Request::get(format!("{collection}?labelSelector={selector}"))
         .header(header::ACCEPT, "application/json")
         .body(Bytes::new())
         .expect("valid request");
-    let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
+    let resp = ctx.target.send(req).await?;
     let status = resp.status();
     let body = resp
         .into_body()
         .collect()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(LookupError::Body)?
         .to_bytes();
     if !status.is_success() {
-        return Err(format!("the target answered {status}"));
+        return Err(LookupError::Answered {
+            doing: "looking up the create",
+            status,
+        });
     }
-    let list: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let list: Value = serde_json::from_slice(&body)?;
     let Some(mut item) = list["items"].as_array().and_then(|i| i.first()).cloned() else {
         return Ok(None);
     };
@@ -168,7 +172,7 @@ async fn find_created(
         item["kind"] = kind.into();
         item["apiVersion"] = list["apiVersion"].clone();
     }
-    let bytes = serde_json::to_vec(&item).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(&item)?;
     Ok(Some(Bytes::from(
         owner_refs::restore_body(&bytes).unwrap_or(bytes),
     )))

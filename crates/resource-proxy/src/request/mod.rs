@@ -9,7 +9,8 @@
 //!    owner selector (RP-7), the ownership check ([`owned_get`] for a named GET), owner labels and
 //!    owner references in the body (RP-6, RP-8);
 //! 4. [`forward`]: to the target and back (RP-12, RP-14), creates resolved by their create id
-//!    ([`create`]), with the headers [`headers`] lets through;
+//!    ([`create`]), with the headers [`headers`] lets through; the proxy's own requests in the
+//!    target fail with a [`lookup`] error;
 //! 5. [`outcome`]: the answer and its metric labels, and the answers the proxy gives itself.
 
 pub mod create;
@@ -17,6 +18,7 @@ pub mod discovery;
 pub mod forward;
 pub mod handler;
 pub mod headers;
+pub mod lookup;
 pub mod namespace;
 pub mod outcome;
 pub mod owned_get;

@@ -7,6 +7,7 @@ use http::{Request, StatusCode};
 use k8s_openapi::api::core::v1::Namespace;
 
 use super::handler::ListenerContext;
+use super::lookup::LookupError;
 use super::outcome::{Outcome, Step, unavailable};
 use crate::api::request_info::{RequestInfo, Verb};
 use crate::api::status::Status;
@@ -81,19 +82,20 @@ fn is_terminating(ns: &Namespace) -> bool {
 }
 
 /// Creates the namespace in the target unless it exists.
-async fn ensure_target_namespace(ctx: &ListenerContext, ns: &str) -> Result<(), String> {
+async fn ensure_target_namespace(ctx: &ListenerContext, ns: &str) -> Result<(), LookupError> {
     let get = Request::get(format!("/api/v1/namespaces/{ns}"))
         .header(header::ACCEPT, "application/json")
         .body(Bytes::new())
         .expect("valid request");
-    let resp = ctx.target.send(get).await.map_err(|e| e.to_string())?;
+    let resp = ctx.target.send(get).await?;
     match resp.status() {
         StatusCode::OK => return Ok(()),
         StatusCode::NOT_FOUND => {}
-        other => {
-            return Err(format!(
-                "reading the namespace: the target answered {other}"
-            ));
+        status => {
+            return Err(LookupError::Answered {
+                doing: "reading the namespace",
+                status,
+            });
         }
     }
     let body =
@@ -103,7 +105,7 @@ async fn ensure_target_namespace(ctx: &ListenerContext, ns: &str) -> Result<(), 
         .header(header::ACCEPT, "application/json")
         .body(Bytes::from(body.to_string()))
         .expect("valid request");
-    let resp = ctx.target.send(post).await.map_err(|e| e.to_string())?;
+    let resp = ctx.target.send(post).await?;
     match resp.status() {
         s if s.is_success() || s == StatusCode::CONFLICT => {
             tracing::info!(
@@ -113,8 +115,9 @@ async fn ensure_target_namespace(ctx: &ListenerContext, ns: &str) -> Result<(), 
             );
             Ok(())
         }
-        other => Err(format!(
-            "creating the namespace: the target answered {other}"
-        )),
+        status => Err(LookupError::Answered {
+            doing: "creating the namespace",
+            status,
+        }),
     }
 }

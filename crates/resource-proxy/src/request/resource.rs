@@ -24,6 +24,7 @@ use super::create::{forward_create, with_create_id};
 use super::forward::{forward, target_request};
 use super::handler::ListenerContext;
 use super::headers::header_str;
+use super::lookup::LookupError;
 use super::namespace;
 use super::outcome::{Outcome, Step, unavailable};
 use super::owned_get::{asks_for_yaml, owned_get};
@@ -342,26 +343,30 @@ async fn send_on(
 
 /// Reads the object a named request is about (without subresource), as JSON. `Ok(None)` when
 /// the target says it does not exist or the proxy may not read it.
-async fn read_object(ctx: &ListenerContext, info: &RequestInfo) -> Result<Option<Value>, String> {
+async fn read_object(
+    ctx: &ListenerContext,
+    info: &RequestInfo,
+) -> Result<Option<Value>, LookupError> {
     let req = Request::get(info.object_path())
         .header(header::ACCEPT, "application/json")
         .body(Bytes::new())
         .expect("valid request");
-    let resp = ctx.target.send(req).await.map_err(|e| e.to_string())?;
+    let resp = ctx.target.send(req).await?;
     match resp.status() {
         StatusCode::OK => {
             let body = resp
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(LookupError::Body)?
                 .to_bytes();
-            serde_json::from_slice(&body)
-                .map(Some)
-                .map_err(|e| e.to_string())
+            Ok(Some(serde_json::from_slice(&body)?))
         }
         StatusCode::NOT_FOUND | StatusCode::FORBIDDEN => Ok(None),
-        other => Err(format!("the target answered {other}")),
+        status => Err(LookupError::Answered {
+            doing: "reading the object",
+            status,
+        }),
     }
 }
 

@@ -91,7 +91,7 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
 
 /// Follows the EndpointSlices of `source` in `cluster` (a reflector: watch and store) and
 /// publishes them to `target`'s peer set, forever. After an error the watch is started afresh
-/// (a full list, see [`relisting`]), so the recovery is a publication even when nothing changed
+/// (a full list, see `relisting`), so the recovery is a publication even when nothing changed
 /// meanwhile; attempts are 0.5 s apart, doubling up to [`MAX_RETRY_DELAY`].
 pub async fn follow(target: TargetClient, cluster: kube::Client, source: EndpointSliceSource) {
     let api = kube::Api::<EndpointSlice>::namespaced(cluster, &source.namespace);
