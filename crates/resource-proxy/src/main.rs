@@ -21,7 +21,7 @@ use resource_proxy::listen::caller_auth::Authenticator;
 use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::listen::serving;
 use resource_proxy::metrics::Metrics;
-use resource_proxy::request::handler::ListenerContext;
+use resource_proxy::request::context::ListenerContext;
 use resource_proxy::target::TargetClient;
 use resource_proxy::target::peer_source;
 use resource_proxy::tenancy::labels::OwnerLabels;

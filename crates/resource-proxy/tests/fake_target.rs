@@ -34,9 +34,9 @@ use resource_proxy::config::{
 use resource_proxy::listen::caller_auth::Authenticator;
 use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::metrics::{Metrics, ReasonLabels, RequestLabels};
+use resource_proxy::request::context::ListenerContext;
 use resource_proxy::request::create::{CREATE_ID_LABEL, CREATE_LOOKUP_BUDGET};
 use resource_proxy::request::forward::REQUEST_DEADLINE;
-use resource_proxy::request::handler::ListenerContext;
 use resource_proxy::target::TargetClient;
 use resource_proxy::tenancy::labels::OwnerLabels;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};

@@ -3,14 +3,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::error::ValidationErrors;
+use super::file::{ClientCertificateSection, ConfigFile, TargetSection};
+use super::resolved::{
+    AccessMode, BaseCredential, ClientIdentity, ClusterAccess, Config, Credential,
+    DEFAULT_BASE_PORT, DEFAULT_ENDPOINT_PORT_NAME, DEFAULT_METRICS_ADDRESS, GroupVersionListener,
+    PeerSource, Resources, ServingCertificate, Target, TargetRef,
+};
 use super::validate::{
     ResourceKey, parse_peer_address, parse_resource_key, parse_target_key, written,
-};
-use super::{
-    AccessMode, BaseCredential, ClientCertificateSection, ClientIdentity, ClusterAccess, Config,
-    ConfigFile, Credential, DEFAULT_BASE_PORT, DEFAULT_ENDPOINT_PORT_NAME, DEFAULT_METRICS_ADDRESS,
-    GroupVersionListener, PeerSource, Resources, ServingCertificate, Target, TargetRef,
-    TargetSection, ValidationErrors,
 };
 
 impl ConfigFile {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// The configuration file as written.
 #[derive(Debug, Clone, Default, Deserialize)]

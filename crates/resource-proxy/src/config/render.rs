@@ -1,6 +1,7 @@
 //! The `check-config` output.
 
-use super::{Config, Resources, names};
+use super::names;
+use super::resolved::{Config, Resources};
 
 /// Text for `resource-proxy check-config FILE`: the client, the expected target identity, and
 /// every listener with its port, resources, target, access mode and wiring names.

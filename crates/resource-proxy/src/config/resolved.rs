@@ -1,11 +1,25 @@
 //! The resolved view of the configuration: the client, its targets and the group/version
 //! listeners, with defaults applied.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use super::LISTENER_ADDRESS;
+/// Default first listener port.
+pub const DEFAULT_BASE_PORT: u16 = 9100;
+
+/// Default address of the metrics, `/healthz` and `/readyz` server. Port 9099 sits below the
+/// default listener range.
+pub const DEFAULT_METRICS_ADDRESS: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9099);
+
+/// Address every group/version listener binds; the client's kube-apiserver reaches it through
+/// an ExternalName Service pointing at `localhost`.
+pub const LISTENER_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Default EndpointSlice port name of a target's API server Service.
+pub const DEFAULT_ENDPOINT_PORT_NAME: &str = "https";
 
 /// The client's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,4 +211,21 @@ pub struct ServingCertificate {
     pub key_file: PathBuf,
     /// CA file for the `caBundle`; `None`: the last certificate of `cert_file`.
     pub ca_file: Option<PathBuf>,
+}
+
+/// The validated configuration with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Client identity.
+    pub client: ClientIdentity,
+    /// Client cluster access.
+    pub client_cluster: ClusterAccess,
+    /// Enabled group/versions, sorted, with their ports.
+    pub listeners: Vec<GroupVersionListener>,
+    /// Targets.
+    pub targets: BTreeMap<TargetRef, Target>,
+    /// Metrics and health address.
+    pub metrics_address: SocketAddr,
+    /// Serving certificate, when configured.
+    pub serving: Option<ServingCertificate>,
 }

@@ -1,5 +1,7 @@
 //! The configuration from YAML text to the resolved view and the `check-config` output.
 
+use std::path::PathBuf;
+
 use super::validate::parse_peer_address;
 use super::*;
 

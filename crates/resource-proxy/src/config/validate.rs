@@ -6,10 +6,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use super::dns::{is_dns1035_label, is_dns1123_label, is_dns1123_subdomain};
-use super::{
-    ClientCertificateSection, ConfigFile, CustomResourceProxy, DEFAULT_BASE_PORT, FieldError,
-    PeerAddress, TargetRef, TargetSection, ValidationErrors,
-};
+use super::error::{FieldError, ValidationErrors};
+use super::file::{ClientCertificateSection, ConfigFile, CustomResourceProxy, TargetSection};
+use super::resolved::{DEFAULT_BASE_PORT, PeerAddress, TargetRef};
 
 const WILDCARD: &str = "*";
 

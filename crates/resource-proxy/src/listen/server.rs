@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use crate::listen::caller_auth::{DeferredClientAuth, PeerChain};
 
 /// What a listener serves: the request path of its group/version
-/// ([`crate::request::handler::ListenerContext`]).
+/// ([`crate::request::context::ListenerContext`]).
 pub trait Handler: Send + Sync + 'static {
     /// The body of its answers.
     type Body: http_body::Body<Data = bytes::Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>

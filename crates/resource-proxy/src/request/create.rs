@@ -7,8 +7,8 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
+use super::context::ListenerContext;
 use super::forward::{REQUEST_DEADLINE, answer, log_server_error, target_unavailable, terminated};
-use super::handler::ListenerContext;
 use super::lookup::LookupError;
 use super::outcome::{Outcome, bytes_response};
 use crate::tenancy::owner_refs;

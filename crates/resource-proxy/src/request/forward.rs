@@ -8,7 +8,7 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 
-use super::handler::ListenerContext;
+use super::context::ListenerContext;
 use super::headers::{RetainEndToEnd, forwardable, is_json, json_only_accept};
 use super::outcome::{Outcome, ProxyBody, unavailable};
 use crate::metrics::{ReasonLabels, TargetLabels};

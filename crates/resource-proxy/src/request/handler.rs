@@ -1,5 +1,5 @@
-//! The context of one listener and the accounting of every request it answers: the request
-//! metrics, the log line, and the requests whose caller went away.
+//! Where a listener's requests enter the request path ([`handle`]), and the accounting of every
+//! request: the request metrics, the log line, and the requests whose caller went away.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,53 +7,13 @@ use std::time::Instant;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
-use super::discovery::Discovery;
+use super::context::ListenerContext;
 use super::outcome::ProxyBody;
 use super::route::route;
 use crate::api::request_info::{Route, classify};
-use crate::config::GroupVersionListener;
-use crate::listen::caller_auth::{Authenticator, PeerChain};
+use crate::listen::caller_auth::PeerChain;
 use crate::listen::server::Handler;
-use crate::metrics::{Metrics, ReasonLabels, RequestSeries};
-use crate::target::TargetClient;
-use crate::tenancy::labels::OwnerLabels;
-
-/// Everything one listener needs to answer requests: its group/version, target, caller
-/// authentication, owner labels and metrics.
-pub struct ListenerContext {
-    pub listener: GroupVersionListener,
-    pub target: TargetClient,
-    pub auth: Authenticator,
-    pub owner: OwnerLabels,
-    pub client_cluster: kube::Client,
-    pub discovery: Discovery,
-    pub metrics: Metrics,
-    /// The series every request updates, resolved once.
-    series: RequestSeries,
-}
-
-impl ListenerContext {
-    /// The listener of `listener`'s group/version, proxying to `target`.
-    pub fn new(
-        listener: GroupVersionListener,
-        target: TargetClient,
-        auth: Authenticator,
-        owner: OwnerLabels,
-        client_cluster: kube::Client,
-        metrics: Metrics,
-    ) -> Self {
-        ListenerContext {
-            discovery: Discovery::new(&listener),
-            series: RequestSeries::new(&metrics, target.name(), listener.group_version()),
-            listener,
-            target,
-            auth,
-            owner,
-            client_cluster,
-            metrics,
-        }
-    }
-}
+use crate::metrics::ReasonLabels;
 
 /// Answers one request. `peer` is the client certificate chain of the connection.
 pub async fn handle(

@@ -1,8 +1,8 @@
 //! The request path of one listener, in the order a request meets it:
 //!
-//! 1. [`handler`]: the listener's [`ListenerContext`](handler::ListenerContext) and
-//!    [`handle`](handler::handle), which accounts for every request (metrics, the log line,
-//!    callers that leave);
+//! 1. [`handler`]: [`handle`](handler::handle), which accounts for every request (metrics, the
+//!    log line, callers that leave), with the listener's
+//!    [`ListenerContext`](context::ListenerContext) that every step reads;
 //! 2. [`route`]: caller authentication (RP-4), classification (RP-5), and the answers to
 //!    discovery and the OpenAPI documents ([`discovery`], RP-13);
 //! 3. [`resource`]: a resource request in named steps: the namespace ([`namespace`], RP-8), the
@@ -13,6 +13,7 @@
 //!    target fail with a [`lookup`] error;
 //! 5. [`outcome`]: the answer and its metric labels, and the answers the proxy gives itself.
 
+pub mod context;
 pub mod create;
 pub mod discovery;
 pub mod forward;

@@ -6,7 +6,7 @@ use http::header;
 use http::{Request, StatusCode};
 use k8s_openapi::api::core::v1::Namespace;
 
-use super::handler::ListenerContext;
+use super::context::ListenerContext;
 use super::lookup::LookupError;
 use super::outcome::{Outcome, Step, unavailable};
 use crate::api::request_info::{RequestInfo, Verb};

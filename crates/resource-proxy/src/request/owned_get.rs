@@ -6,10 +6,10 @@ use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
+use super::context::ListenerContext;
 use super::forward::{
     REQUEST_DEADLINE, log_server_error, target_request, target_unavailable, terminated,
 };
-use super::handler::ListenerContext;
 use super::headers::{RetainEndToEnd, is_json};
 use super::outcome::{Outcome, unavailable};
 use crate::api::request_info::RequestInfo;

@@ -20,9 +20,9 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
 
+use super::context::ListenerContext;
 use super::create::{forward_create, with_create_id};
 use super::forward::{forward, target_request};
-use super::handler::ListenerContext;
 use super::headers::header_str;
 use super::lookup::LookupError;
 use super::namespace;

@@ -7,9 +7,9 @@ use http::header;
 use http::{Request, StatusCode};
 use hyper::body::Incoming;
 
+use super::context::ListenerContext;
 use super::discovery::{self, Source};
 use super::forward::forward;
-use super::handler::ListenerContext;
 use super::headers::{header_str, is_upgrade};
 use super::outcome::{Outcome, bytes_response, json_response};
 use super::resource::resource_request;
