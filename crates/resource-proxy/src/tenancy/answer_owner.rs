@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 
-use crate::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
+use crate::tenancy::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
 
 /// Whether a GET answer shows this client's owner labels: an object or a
 /// `PartialObjectMetadata` (its `metadata.labels`), or a `Table` whose every row (at least one)
@@ -430,7 +430,7 @@ mod reference {
     //! The serde model the scanner replaced: the oracle of the differential tests.
     use std::fmt;
 
-    use crate::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
+    use crate::tenancy::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
 
     pub fn is_owned_answer_serde(body: &[u8], owner: &OwnerLabels) -> bool {
         #[derive(serde::Deserialize)]

@@ -11,7 +11,7 @@
 //! as verified until the earliest `notAfter` of the chain ([`PeerChain`]): later requests on the
 //! connection skip the check. A settings change (CA rotation) re-verifies with the next request.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use futures::StreamExt;
@@ -81,6 +81,23 @@ impl PeerChain {
     }
 }
 
+/// Why request-header settings cannot be used (the previous ones stay in force).
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The ConfigMap names no request-header CA.
+    #[error("no requestheader-client-ca-file")]
+    NoCa,
+    /// The CA bundle does not parse.
+    #[error("{0}")]
+    CaPem(rustls::pki_types::pem::Error),
+    /// A CA certificate is unusable.
+    #[error("{0}")]
+    CaCertificate(rustls::Error),
+    /// No client-certificate verifier can be built from the CAs.
+    #[error("{0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+}
+
 /// Checks callers against the current request-header settings.
 #[derive(Clone, Default)]
 pub struct Authenticator {
@@ -89,19 +106,22 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Replaces the settings with those in the ConfigMap's data.
-    pub fn update(&self, data: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    pub fn update(
+        &self,
+        data: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), SettingsError> {
         let ca = data
             .get("requestheader-client-ca-file")
-            .ok_or("no requestheader-client-ca-file")?;
+            .ok_or(SettingsError::NoCa)?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots
-                .add(cert.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+                .add(cert.map_err(SettingsError::CaPem)?)
+                .map_err(SettingsError::CaCertificate)?;
         }
         let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(SettingsError::Verifier)?;
         let list = |key: &str, default: &[&str]| -> Vec<String> {
             data.get(key)
                 .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
@@ -165,7 +185,7 @@ impl Authenticator {
         };
         let now = UnixTime::now();
         {
-            let verified = peer.verified.lock().expect("verification lock");
+            let verified = peer.verified.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(v) = verified
                 .as_ref()
                 .filter(|v| Arc::ptr_eq(&v.settings, &current) && now.as_secs() < v.until)
@@ -180,7 +200,7 @@ impl Authenticator {
             .verify_client_cert(&chain[0], &chain[1..], now)
             .map_err(|e| AuthError::Untrusted(e.to_string()))?;
         let cn = common_name(&chain[0]).unwrap_or_default();
-        *peer.verified.lock().expect("verification lock") = Some(Verified {
+        *peer.verified.lock().unwrap_or_else(PoisonError::into_inner) = Some(Verified {
             settings: current.clone(),
             until: chain.iter().map(not_after).min().unwrap_or(0),
             cn: cn.clone(),

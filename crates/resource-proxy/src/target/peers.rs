@@ -10,8 +10,8 @@
 //!
 //! Time is `tokio::time::Instant`, so tests drive it with a paused clock.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -150,25 +150,31 @@ impl PeerSet {
     /// `no_peer` until then).
     pub fn awaiting_publication() -> Self {
         let set = Self::new(Vec::new());
-        set.state.lock().expect("peer lock").synced = false;
+        set.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .synced = false;
         set
     }
 
     /// Whether the list mirrors its source.
     pub fn is_synced(&self) -> bool {
-        self.state.lock().expect("peer lock").synced
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .synced
     }
 
     /// The hosts, in rotation order.
     pub fn hosts(&self) -> Vec<PeerAddress> {
-        let s = self.state.lock().expect("peer lock");
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.hosts.iter().map(|h| h.addr.clone()).collect()
     }
 
     /// Replaces the list (a fresh publication): known hosts keep their health; the staleness
     /// clock stops.
     pub fn publish(&self, peers: Vec<PeerAddress>) {
-        let mut s = self.state.lock().expect("peer lock");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let old = std::mem::take(&mut s.hosts);
         s.hosts = peers
             .into_iter()
@@ -185,7 +191,7 @@ impl PeerSet {
 
     /// The peer watch dropped: start the staleness clock (if not running).
     pub fn watch_down(&self) {
-        let mut s = self.state.lock().expect("peer lock");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if s.watch_down_since.is_none() {
             s.watch_down_since = Some(Instant::now());
         }
@@ -196,7 +202,7 @@ impl PeerSet {
     pub fn watch_down_for(&self) -> Option<Duration> {
         self.state
             .lock()
-            .expect("peer lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .watch_down_since
             .map(|t| t.elapsed())
     }
@@ -204,7 +210,7 @@ impl PeerSet {
     /// The next host to use, round-robin over selectable hosts. Never waits.
     pub fn pick(&self) -> Result<Pick, NoPeer> {
         let now = Instant::now();
-        let mut s = self.state.lock().expect("peer lock");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if s.watch_down_since
             .is_some_and(|t| now.duration_since(t) > STALE_AFTER)
         {
@@ -241,7 +247,7 @@ impl PeerSet {
     /// (never a half-open trial; `None` when there is no such host or the list is stale).
     pub fn pick_other(&self, failed: &PeerAddress) -> Option<Pick> {
         let now = Instant::now();
-        let s = self.state.lock().expect("peer lock");
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if s.watch_down_since
             .is_some_and(|t| now.duration_since(t) > STALE_AFTER)
         {
@@ -261,7 +267,7 @@ impl PeerSet {
     /// Lets another request be the trial of `addr` when this one ended without an outcome (it
     /// was cancelled before its connection answered): health does not change.
     pub fn release_trial(&self, addr: &PeerAddress) {
-        let mut s = self.state.lock().expect("peer lock");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(h) = s.hosts.iter_mut().find(|h| &h.addr == addr) {
             h.trial_in_flight = false;
         }
@@ -270,7 +276,7 @@ impl PeerSet {
     /// Records a dial's outcome for `addr`; returns the transitions it caused.
     pub fn report(&self, addr: &PeerAddress, outcome: DialOutcome) -> Vec<Transition> {
         let now = Instant::now();
-        let mut s = self.state.lock().expect("peer lock");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         let Some(h) = s.hosts.iter_mut().find(|h| &h.addr == addr) else {
             return out;
@@ -312,7 +318,7 @@ impl PeerSet {
     /// Count of hosts per health state, for the `vcluster_proxy_peers` gauge.
     pub fn census(&self) -> [(Health, usize); 3] {
         let now = Instant::now();
-        let s = self.state.lock().expect("peer lock");
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let count = |want: Health| s.hosts.iter().filter(|h| h.health(now) == want).count();
         [
             (Health::Healthy, count(Health::Healthy)),

@@ -3,10 +3,22 @@
 //! over the configured peers).
 //!
 //! Everything the proxy sends to a target goes through [`TargetClient::send`] (answers read
-//! whole, over the HTTP/1.1 connections of [`crate::exchange`]) or [`TargetClient::watch`]
-//! (streamed, over the HTTP/2 connections of [`crate::pool`]): peer choice and health (RP-10)
-//! live behind them; an EndpointSlice peer source ([`crate::peer_source`]) publishes into its
+//! whole, over the HTTP/1.1 connections of [`crate::target::exchange`]) or [`TargetClient::watch`]
+//! (streamed, over the HTTP/2 connections of [`crate::target::pool`]): peer choice and health (RP-10)
+//! live behind them; an EndpointSlice peer source ([`crate::target::peer_source`]) publishes into its
 //! peer set.
+//!
+//! - [`peers`]: a target's peers with their health, quarantine and staleness (RP-10, RP-11);
+//! - [`peer_source`]: the EndpointSlice watch that publishes them (RP-9);
+//! - [`conn`]: what both kinds of connection share: the dial and how a request fails;
+//! - [`exchange`]: requests and whole answers over pooled HTTP/1.1 connections;
+//! - [`pool`]: watches on multiplexed HTTP/2 connections.
+
+pub mod conn;
+pub mod exchange;
+pub mod peer_source;
+pub mod peers;
+pub mod pool;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,11 +33,12 @@ use http_body_util::Full;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
 use crate::config::{BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef};
-use crate::exchange::Exchanges;
 use crate::metrics::{Metrics, PeerStateLabels, ReasonLabels, TargetLabels};
-use crate::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Pick, Transition};
-pub use crate::pool::TargetBody;
-use crate::pool::{BoxError, Dial, DialError, Pool, SendError};
+use crate::target::conn::{BoxError, Dial, DialError, SendError};
+use crate::target::exchange::Exchanges;
+use crate::target::peers::{DIAL_TIMEOUT, DialOutcome, NoPeer, PeerSet, Pick, Transition};
+use crate::target::pool::Pool;
+pub use crate::target::pool::TargetBody;
 
 /// A request on its way to a peer.
 #[derive(Clone, Copy)]
@@ -110,7 +123,7 @@ impl TargetClient {
     /// the listeners proxying to it (labels of `vcluster_proxy_peers`).
     ///
     /// With an EndpointSlice peer source the peer set starts empty (requests fail with
-    /// `no_peer`) until [`crate::peer_source::follow`] publishes the first list.
+    /// `no_peer`) until [`crate::target::peer_source::follow`] publishes the first list.
     pub fn with_metrics(
         target_ref: &TargetRef,
         target: &Target,
@@ -226,7 +239,7 @@ impl TargetClient {
 
     /// Sends `req` (whose URI is a path and query) to the next peer with the proxy's
     /// credential, and reads the whole answer (a non-watch request: over HTTP/1.1, in this task,
-    /// see [`crate::exchange`]). When no connection to the peer can be had (the dial failed:
+    /// see [`crate::target::exchange`]). When no connection to the peer can be had (the dial failed:
     /// nothing of the request was sent), it is tried once more on another healthy peer,
     /// whatever its verb.
     pub async fn send(&self, req: Request<Bytes>) -> Result<Response<TargetBody>, TargetError> {
@@ -234,7 +247,7 @@ impl TargetClient {
     }
 
     /// Like [`TargetClient::send`], for a watch: the answer streams, on a shared HTTP/2
-    /// connection ([`crate::pool`]).
+    /// connection ([`crate::target::pool`]).
     pub async fn watch(
         &self,
         mut req: Request<Full<Bytes>>,
@@ -569,7 +582,7 @@ fn log_transitions(target: &str, transitions: Vec<Transition>) {
                 host,
                 failures,
                 "peer quarantined for {:?} after consecutive dial failures",
-                crate::peers::QUARANTINE_DURATION
+                crate::target::peers::QUARANTINE_DURATION
             ),
             Transition::Recovered { host } => {
                 tracing::info!(target, host, "peer recovered: back in rotation")

@@ -15,13 +15,29 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
-use crate::caller_auth::{DeferredClientAuth, PeerChain};
-use crate::handler::{Listener, handle};
+use crate::listen::caller_auth::{DeferredClientAuth, PeerChain};
+
+/// What a listener serves: the request path of its group/version
+/// ([`crate::request::context::ListenerContext`]).
+pub trait Handler: Send + Sync + 'static {
+    /// The body of its answers.
+    type Body: http_body::Body<Data = bytes::Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+
+    /// Answers one request; `peer` is the client certificate chain of the connection.
+    fn handle(
+        self: Arc<Self>,
+        peer: Option<Arc<PeerChain>>,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> impl Future<Output = http::Response<Self::Body>> + Send;
+}
 
 /// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100_000;
@@ -32,33 +48,48 @@ pub struct ServingCert(Arc<ArcSwap<CertifiedKey>>);
 
 impl ServingCert {
     /// From a PEM certificate chain and private key.
-    pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Self, String> {
+    pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Self, CertError> {
         Ok(Self(Arc::new(ArcSwap::from_pointee(certified_key(
             chain_pem, key_pem,
         )?))))
     }
 
     /// Replaces the certificate; new handshakes use it at once.
-    pub fn replace(&self, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+    pub fn replace(&self, chain_pem: &str, key_pem: &str) -> Result<(), CertError> {
         self.0.store(Arc::new(certified_key(chain_pem, key_pem)?));
         Ok(())
     }
 }
 
-fn certified_key(chain_pem: &str, key_pem: &str) -> Result<CertifiedKey, String> {
+/// Why a serving certificate and key cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// The certificate PEM does not parse.
+    #[error("serving certificate: {0}")]
+    Chain(pem::Error),
+    /// The certificate PEM holds no certificate.
+    #[error("serving certificate: no certificate in the PEM")]
+    NoCertificate,
+    /// The key PEM does not parse.
+    #[error("serving key: {0}")]
+    Key(pem::Error),
+    /// The certificate and key do not make a usable pair.
+    #[error("serving certificate and key: {0}")]
+    Unusable(rustls::Error),
+}
+
+fn certified_key(chain_pem: &str, key_pem: &str) -> Result<CertifiedKey, CertError> {
     let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("serving certificate: {e}"))?;
+        .map_err(CertError::Chain)?;
     if chain.is_empty() {
-        return Err("serving certificate: no certificate in the PEM".into());
+        return Err(CertError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| format!("serving key: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(CertError::Key)?;
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    CertifiedKey::from_der(chain, key, &provider)
-        .map_err(|e| format!("serving certificate and key: {e}"))
+    CertifiedKey::from_der(chain, key, &provider).map_err(CertError::Unusable)
 }
 
 impl ResolvesServerCert for ServingCert {
@@ -99,8 +130,8 @@ fn cipher_rank(suite: &rustls::SupportedCipherSuite) -> u8 {
 
 /// Binds the listener's address and serves until `shutdown` turns true. Returns the bound
 /// address and the accept loop's task.
-pub async fn serve(
-    ctx: Arc<Listener>,
+pub async fn serve<H: Handler>(
+    ctx: Arc<H>,
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
@@ -150,7 +181,7 @@ pub async fn serve(
                     // watch stays in the body state for hours; the request path's future is
                     // freed once it has answered.
                     Box::pin(async move {
-                        Ok::<_, std::convert::Infallible>(handle(ctx, peer, req).await)
+                        Ok::<_, std::convert::Infallible>(ctx.handle(peer, req).await)
                     })
                 });
                 let mut builder = auto::Builder::new(TokioExecutor::new());

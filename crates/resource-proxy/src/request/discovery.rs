@@ -6,7 +6,7 @@
 //! 401, 404, 5xx) it is served from the last good answer, else synthesized from the configured
 //! resources (RP-13), so the APIService stays Available and `kubectl api-resources` keeps working.
 
-use std::sync::RwLock;
+use std::sync::{PoisonError, RwLock};
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -59,7 +59,10 @@ impl Discovery {
                 Ok(body) => {
                     let body = body.to_bytes();
                     if serde_json::from_slice::<Value>(&body).is_ok() {
-                        *self.last_good.write().expect("discovery lock") = Some(body.clone());
+                        *self
+                            .last_good
+                            .write()
+                            .unwrap_or_else(PoisonError::into_inner) = Some(body.clone());
                         return (body, Source::Target, None);
                     }
                     "the target's answer is not JSON".to_owned()
@@ -69,7 +72,12 @@ impl Discovery {
             Ok(resp) => format!("the target answered {}", resp.status().as_u16()),
             Err(e) => e.to_string(),
         };
-        if let Some(body) = self.last_good.read().expect("discovery lock").clone() {
+        if let Some(body) = self
+            .last_good
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
             return (body, Source::LastGood, Some(why));
         }
         (

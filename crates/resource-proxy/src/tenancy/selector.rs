@@ -14,9 +14,9 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::dns::is_dns1123_subdomain;
-use crate::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
-use crate::status::Status;
+use crate::api::status::Status;
+use crate::config::dns::is_dns1123_subdomain;
+use crate::tenancy::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
 
 /// An invalid label selector; the message is the API server's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! Non-watch requests to a target: one request and its whole answer over a pooled HTTP/1.1
 //! connection, written and read by the calling task itself.
 //!
-//! Why not the HTTP/2 connections of [`crate::pool`] (which carry the watches): there a request
+//! Why not the HTTP/2 connections of [`crate::target::pool`] (which carry the watches): there a request
 //! hands its frames to the connection's own task and is woken again when that task has read the
 //! answer, two task hops (across tokio workers, thread wake-ups) and an HTTP/2 state machine per
 //! request, which made up most of what the proxy added to a GET. Here the request's task writes
@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -31,8 +31,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
+use super::conn::{Dial, DialError, ExchangeError, SendError};
+use super::pool::TargetBody;
 use crate::config::PeerAddress;
-use crate::pool::{Dial, DialError, SendError, TargetBody};
 
 /// The longest a connection waits idle before it is used again; older ones are closed.
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(30);
@@ -43,17 +44,6 @@ const MAX_HEADERS: usize = 128;
 const MAX_HEAD: usize = 256 * 1024;
 /// Connections closed under a request before it could be answered, before the request fails.
 const ATTEMPTS: usize = 3;
-
-/// What went wrong on an HTTP/1.1 connection to the target.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    #[error("the connection to the target failed: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the target closed the connection before its answer was complete")]
-    Closed,
-    #[error("the target's answer is not valid HTTP/1.1: {0}")]
-    Malformed(&'static str),
-}
 
 type Io = TlsStream<TcpStream>;
 
@@ -120,7 +110,7 @@ impl<C> IdleLists<C> {
 impl Exchanges {
     /// Idle connections to `addr`.
     pub fn idle_connections(&self, addr: &PeerAddress) -> usize {
-        let idle = self.idle.lock().expect("idle connections lock");
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         idle.by_peer.get(addr).map_or(0, Vec::len)
     }
 
@@ -170,7 +160,7 @@ impl Exchanges {
 
     /// The most recently used idle connection to `addr` that is young enough and still open.
     fn take(&self, addr: &PeerAddress) -> Option<Io> {
-        let mut idle = self.idle.lock().expect("idle connections lock");
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.by_peer.get_mut(addr)?;
         while let Some(mut conn) = list.pop() {
             if conn.since.elapsed() <= IDLE_FOR_AT_MOST && still_open(&mut conn.io) {
@@ -182,7 +172,7 @@ impl Exchanges {
 
     fn put(&self, addr: &PeerAddress, io: Io) {
         let now = Instant::now();
-        let mut idle = self.idle.lock().expect("idle connections lock");
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         idle.put(addr, io, now);
     }
 }

@@ -43,8 +43,8 @@ use tokio::sync::watch;
 use x509_parser::extensions::GeneralName;
 use x509_parser::time::ASN1Time;
 
+use crate::config::names;
 use crate::config::{Config, ServingCertificate};
-use crate::names;
 
 /// How often [`watch_serving`] re-reads the Secret or files by default.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(10);

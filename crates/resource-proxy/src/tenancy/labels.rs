@@ -33,9 +33,9 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::api::request_info::Verb;
+use crate::api::status::Status;
 use crate::config::ClientIdentity;
-use crate::request_info::Verb;
-use crate::status::Status;
 
 /// Label naming the client (virtual cluster) that owns an object.
 pub const OWNER_VCLUSTER_LABEL: &str = "vcluster.com/owner-vcluster";

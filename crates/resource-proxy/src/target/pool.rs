@@ -1,5 +1,5 @@
 //! The streamed connections to a target's peers, which carry the watches (other requests go
-//! through [`crate::exchange`]). kube-apiserver offers HTTP/2 (ALPN `h2`), so watches share a
+//! through [`crate::target::exchange`]). kube-apiserver offers HTTP/2 (ALPN `h2`), so watches share a
 //! few multiplexed connections per peer instead of one TLS connection each; a peer that offers
 //! only HTTP/1.1 gets one watch per connection.
 //!
@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -30,11 +30,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 
+use super::conn::{BoxError, Dial, DialError, ExchangeError, SendError};
 use crate::config::PeerAddress;
-use crate::exchange::ExchangeError;
 
 /// Concurrent requests (watches included) per HTTP/2 connection. kube-apiserver announces
 /// 1000 (`--http2-max-streams-per-connection`), other API servers built on the generic server
@@ -44,31 +42,6 @@ pub const STREAMS_PER_CONNECTION: usize = 100;
 /// [`KEEP_ALIVE_TIMEOUT`] it is closed, and the watches on it end (clients re-watch).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Why a dial failed. Nothing of any request was sent.
-#[derive(Debug, Clone)]
-pub struct DialError {
-    /// The dial took longer than the dial timeout.
-    pub timeout: bool,
-    pub message: String,
-}
-
-/// A dial in progress: TCP and TLS to one peer, ALPN offered `h2` and `http/1.1`.
-pub type Dial = BoxFuture<'static, Result<TlsStream<TcpStream>, DialError>>;
-
-/// A boxed error of a body or connection.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Why [`Pool::send`] (or [`crate::exchange::Exchanges::send`]) failed.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection: the dial failed.
-    Dial(DialError),
-    /// The connections closed before the request could be written.
-    NotSent(BoxError),
-    /// The request was (possibly) written; the exchange then failed.
-    Sent(BoxError),
-}
 
 /// The pooled connections of one target, by peer.
 #[derive(Default)]
@@ -158,7 +131,7 @@ impl Conn {
             Some(Ok(Sender::H2(s))) => s.is_closed(),
             Some(Ok(Sender::H1(slot))) => slot
                 .lock()
-                .expect("connection lock")
+                .unwrap_or_else(PoisonError::into_inner)
                 .as_ref()
                 .is_some_and(|s| s.is_closed()),
         }
@@ -182,7 +155,7 @@ impl Drop for Reservation {
 }
 
 /// The body of a target's answer: a stream on an HTTP/2 connection, held until it is read to
-/// the end or dropped, or an answer read whole ([`crate::exchange`]).
+/// the end or dropped, or an answer read whole ([`crate::target::exchange`]).
 pub struct TargetBody(Kind);
 
 enum Kind {
@@ -250,7 +223,7 @@ const UNSENT_ATTEMPTS: usize = 3;
 impl Pool {
     /// Connections per peer (tests and metrics of the pool's shape).
     pub fn connections(&self, addr: &PeerAddress) -> usize {
-        let mut peers = self.peers.lock().expect("pool lock");
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         peers.get_mut(addr).map_or(0, |list| {
             list.retain(|c| !c.is_dead());
             list.len()
@@ -276,7 +249,7 @@ impl Pool {
             let sent = match sender {
                 Sender::H2(mut s) => s.try_send_request(req).await,
                 Sender::H1(slot) => {
-                    let taken = slot.lock().expect("connection lock").take();
+                    let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
                     // Another request reserved this connection while it was dialled, before it
                     // turned out to be HTTP/1.1: find another.
                     let Some(s) = taken else {
@@ -325,7 +298,7 @@ impl Pool {
 
     /// A stream on the first connection of `addr` with room, or on a new dial.
     fn reserve(&self, addr: &PeerAddress, dial: &impl Fn() -> Dial) -> Reservation {
-        let mut peers = self.peers.lock().expect("pool lock");
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         let list = peers.entry(addr.clone()).or_default();
         list.retain(|c| !c.is_dead());
         let conn = match list
