@@ -24,6 +24,7 @@ use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
+use http1_wire::{End, Guard, GuardedBody, Keep};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -50,8 +51,6 @@ const MIRROR_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// What the requests of one client connection share.
 struct ConnCtx {
@@ -262,33 +261,13 @@ impl Drop for Completion {
     }
 }
 
-/// A response body that keeps its request's [`Completion`] alive.
-struct Tracked {
-    inner: ProxyBody,
-    /// Only dropped: that ends the request's metrics.
-    #[allow(dead_code)]
-    done: Completion,
+impl Guard for Completion {
+    /// Dropping ends the request's metrics.
+    fn finish(self, _: End) {}
 }
 
-impl Body for Tracked {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// A response body that ends its request's [`Completion`] with it.
+type Tracked = GuardedBody<ProxyBody, Completion>;
 
 async fn handle(
     ctx: Arc<ConnCtx>,
@@ -304,7 +283,7 @@ async fn handle(
     };
     done.host.response(resp.status());
     let (parts, body) = resp.into_parts();
-    Ok(Response::from_parts(parts, Tracked { inner: body, done }))
+    Ok(Response::from_parts(parts, GuardedBody::new(body, done)))
 }
 
 fn is_grpc(headers: &HeaderMap) -> bool {
@@ -490,66 +469,16 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "te"
-            | "transfer-encoding"
-            | "trailer"
-            | "proxy-authorization"
-            | "proxy-authenticate"
-            | "keep-alive"
-            | "proxy-connection"
-            | "upgrade"
-    )
-}
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), except what an upgrade needs and
+/// Removes hop-by-hop headers ([`http1_wire::hop`]), except what an upgrade needs and
 /// `te: trailers` (gRPC needs it).
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // Most messages carry none: one pass over the names, no hashing.
-    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        if !(keep_upgrade && name == header::UPGRADE) {
-            headers.remove(name);
-        }
-    }
-    let te_trailers = headers.get_all(header::TE).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
-        })
-    });
-    for name in [
-        header::TE,
-        header::TRANSFER_ENCODING,
-        header::TRAILER,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-        KEEP_ALIVE.clone(),
-        PROXY_CONNECTION.clone(),
-    ] {
-        headers.remove(name);
-    }
-    if keep_upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
-    if te_trailers {
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    }
+    http1_wire::strip_hop_by_hop(
+        headers,
+        Keep {
+            upgrade: keep_upgrade,
+            te_trailers: true,
+        },
+    );
 }
 
 /// A response the proxy makes itself.

@@ -15,10 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
+use http1_wire::{End, Guard, GuardedBody};
 use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -433,9 +432,13 @@ impl EndpointPool {
                 Ok(resp) => {
                     let (parts, body) = resp.into_parts();
                     // After 101 the connection belongs to the upgrade.
-                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS)
-                        .then(|| (sender, self.clone()));
-                    let body = PooledBody { inner: body, back };
+                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS).then(|| {
+                        PoolReturn {
+                            sender,
+                            pool: self.clone(),
+                        }
+                    });
+                    let body = GuardedBody::new(body, back).map_err(BoxError::from);
                     return Ok(Response::from_parts(parts, body.boxed_unsync()));
                 }
                 Err(mut e) => match e.take_message() {
@@ -578,54 +581,17 @@ impl AsyncWrite for RawConn {
     }
 }
 
-/// A response body that returns its connection to the pool once it has been read to the end.
-struct PooledBody {
-    inner: Incoming,
-    back: Option<(http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>,
+/// A connection that goes back to its pool once its response was read to the end; otherwise
+/// dropping the sender lets hyper close it.
+struct PoolReturn {
+    sender: http1::SendRequest<ProxyBody>,
+    pool: Arc<EndpointPool>,
 }
 
-impl PooledBody {
-    fn release(&mut self) {
-        if let Some((sender, pool)) = self.back.take() {
-            pool.put(sender);
-        }
-    }
-}
-
-impl Body for PooledBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
-            Poll::Ready(Some(Err(_))) => this.back = None,
-            _ => {}
-        }
-        polled.map(|f| f.map(|r| r.map_err(BoxError::from)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // Read to the end (or empty from the start): the connection can carry another
-        // request. Otherwise dropping the sender lets hyper close it.
-        if self.inner.is_end_stream() {
-            self.release();
+impl Guard for PoolReturn {
+    fn finish(self, end: End) {
+        if end == End::Complete {
+            self.pool.put(self.sender);
         }
     }
 }

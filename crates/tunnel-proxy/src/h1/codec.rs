@@ -1,25 +1,35 @@
-//! HTTP/1.1 message heads and body framing for the fast path, without I/O: a request head
-//! parsed into `http` parts (or declined, so hyper takes the connection), request and
-//! response heads written, a response head parsed with its framing, and chunked framing
-//! followed byte by byte so a chunked body can be passed through unchanged.
-
-use std::mem::MaybeUninit;
+//! HTTP/1.1 message heads for the fast path, without I/O: a request head parsed into `http`
+//! parts (or declined, so hyper takes the connection), request and response heads written, a
+//! response head parsed with its framing. Parsing, framing and the hop-by-hop rules are
+//! [`http1_wire`]'s; what is here is the fast path's own policy (what it declines) and the
+//! conversion to and from `http` types.
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
+pub use http1_wire::Framing;
+use http1_wire::{ContentLength, Field, FramingError, HeadError, Limits, ResponseFraming};
 
-/// Header fields per message, as hyper's default.
-pub const MAX_HEADERS: usize = 100;
+/// Request heads longer than 16 KiB are left to hyper (whose limit is higher); header fields
+/// per message as hyper's default.
+const REQUEST_LIMITS: Limits = Limits {
+    max_head: 16 * 1024,
+    max_fields: 100,
+};
+/// Response heads longer than this are a broken backend.
+const RESPONSE_LIMITS: Limits = Limits {
+    max_head: 64 * 1024,
+    max_fields: 100,
+};
 /// Request bodies up to this size are read whole and sent with the head; larger ones (and
 /// chunked ones) are left to hyper, which streams them.
 pub const MAX_FAST_BODY: u64 = 64 * 1024;
 
-/// Where each field of a head lies in it (name start and length, value start and length),
-/// kept by the connection so parsing allocates nothing once it has grown.
+/// Where each field of a head lies in it, kept by the connection so parsing allocates
+/// nothing once it has grown.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    fields: Vec<(usize, usize, usize, usize)>,
+    fields: Vec<Field>,
 }
 
 /// What the start of the buffer holds.
@@ -50,65 +60,43 @@ pub struct Request {
 /// Parses the request head at the start of `buf`. On `Complete` the head's bytes are split
 /// off `buf`.
 pub fn parse_request(buf: &mut BytesMut, scratch: &mut Scratch) -> RequestHead {
-    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, &mut slots) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return RequestHead::Partial,
+    let head = match http1_wire::parse_request_head(buf, REQUEST_LIMITS, &mut scratch.fields) {
+        Ok(Some(head)) => head,
+        Ok(None) => return RequestHead::Partial,
+        Err(HeadError::TooLarge { .. }) => return RequestHead::Declined("long request head"),
         Err(_) => return RequestHead::Declined("malformed head"),
     };
-    if req.version != Some(1) {
+    if head.minor_version != 1 {
         return RequestHead::Declined("HTTP/1.0");
     }
-    let (Some(method), Some(target)) = (req.method, req.path) else {
-        return RequestHead::Declined("malformed head");
-    };
-    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+    let Ok(method) = Method::from_bytes(head.method.of_buf(buf)) else {
         return RequestHead::Declined("malformed method");
     };
     if method == Method::CONNECT {
         return RequestHead::Declined("CONNECT");
     }
-    let base = buf.as_ptr() as usize;
-    let target = span(base, target.as_bytes());
-    let fields = &mut scratch.fields;
-    fields.clear();
-    let mut content_length = None;
-    let mut close = false;
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if content_length.is_some() {
-                return RequestHead::Declined("repeated Content-Length");
-            }
-            match parse_length(h.value) {
-                Some(n) if n <= MAX_FAST_BODY => content_length = Some(n),
-                Some(_) => return RequestHead::Declined("large body"),
-                None => return RequestHead::Declined("invalid Content-Length"),
-            }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return RequestHead::Declined("Transfer-Encoding");
-        } else if name.eq_ignore_ascii_case(b"upgrade") {
-            return RequestHead::Declined("Upgrade");
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            return RequestHead::Declined("Expect");
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
-                    return RequestHead::Declined("Upgrade");
-                }
-            }
-        }
-        let (ns, nl) = span(base, name);
-        let (vs, vl) = span(base, h.value);
-        fields.push((ns, nl, vs, vl));
+    let fields = &head.fields;
+    if fields.upgrade || fields.connection_upgrade {
+        return RequestHead::Declined("Upgrade");
     }
-    let head = buf.split_to(head_len).freeze();
-    let Some((uri, headers)) = request_parts(&head, target, fields) else {
-        restore(buf, head);
+    if fields.expect {
+        return RequestHead::Declined("Expect");
+    }
+    let content_length = match head.framing() {
+        Ok(Framing::Length(n)) if n > MAX_FAST_BODY => return RequestHead::Declined("large body"),
+        Ok(Framing::Length(n)) => (fields.content_length != ContentLength::Absent).then_some(n),
+        Ok(_) | Err(FramingError::LengthAndEncoding | FramingError::NotChunked) => {
+            return RequestHead::Declined("Transfer-Encoding");
+        }
+        Err(FramingError::RepeatedLength) => {
+            return RequestHead::Declined("repeated Content-Length");
+        }
+        Err(_) => return RequestHead::Declined("invalid Content-Length"),
+    };
+    let close = fields.close;
+    let head_bytes = buf.split_to(head.len).freeze();
+    let Some((uri, headers)) = request_parts(&head_bytes, head.target, &scratch.fields) else {
+        restore(buf, head_bytes);
         return RequestHead::Declined("request target or field hyper may read differently");
     };
     let (mut parts, ()) = http::Request::new(()).into_parts();
@@ -118,7 +106,7 @@ pub fn parse_request(buf: &mut BytesMut, scratch: &mut Scratch) -> RequestHead {
     parts.headers = headers;
     RequestHead::Complete(Request {
         parts,
-        head,
+        head: head_bytes,
         content_length,
         close,
     })
@@ -127,15 +115,15 @@ pub fn parse_request(buf: &mut BytesMut, scratch: &mut Scratch) -> RequestHead {
 /// The target and fields of a head `httparse` accepted, sharing its memory.
 fn request_parts(
     head: &Bytes,
-    target: (usize, usize),
-    fields: &[(usize, usize, usize, usize)],
+    target: http1_wire::Span,
+    fields: &[Field],
 ) -> Option<(Uri, HeaderMap)> {
-    let uri = Uri::from_maybe_shared(head.slice(target.0..target.0 + target.1)).ok()?;
+    let uri = Uri::from_maybe_shared(head.slice(target.range())).ok()?;
     // Room for the forwarding fields the proxy adds.
     let mut headers = HeaderMap::with_capacity(fields.len() + 3);
-    for &(ns, nl, vs, vl) in fields {
-        let name = HeaderName::from_bytes(&head[ns..ns + nl]).ok()?;
-        let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)).ok()?;
+    for f in fields {
+        let name = HeaderName::from_bytes(f.name.of_buf(head)).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(f.value.range())).ok()?;
         headers.append(name, value);
     }
     Some((uri, headers))
@@ -149,19 +137,6 @@ fn restore(buf: &mut BytesMut, head: Bytes) {
     };
     whole.unsplit(std::mem::take(buf));
     *buf = whole;
-}
-
-/// Where `part` (a sub-slice of the buffer starting at `base`) lies in it.
-fn span(base: usize, part: &[u8]) -> (usize, usize) {
-    (part.as_ptr() as usize - base, part.len())
-}
-
-/// A `Content-Length` value: decimal digits only.
-fn parse_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 /// Writes a request head: `target` is origin-form; the fields of `set` replace any of the
@@ -226,17 +201,6 @@ fn write_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// How a response body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body whatever the headers say (HEAD, 204, 304).
-    Empty,
-    Length(u64),
-    Chunked,
-    /// Until the backend closes the connection.
-    UntilClose,
-}
-
 /// A parsed response head. Its fields stay as received (their offsets are in the
 /// [`Scratch`] that parsed it) until a filter needs them as a map.
 #[derive(Debug)]
@@ -248,31 +212,15 @@ pub struct Response {
     head: Bytes,
 }
 
-/// Hop-by-hop fields (RFC 9110 §7.6.1), never passed on.
-fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 9] = [
-        b"connection",
-        b"te",
-        b"transfer-encoding",
-        b"trailer",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"keep-alive",
-        b"proxy-connection",
-        b"upgrade",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
-}
-
 impl Response {
     /// The fields as a map (for response header filters). `None` when one is not a field
     /// `http` accepts.
     pub fn header_map(&self, scratch: &Scratch) -> Option<HeaderMap> {
         let head = &self.head;
         let mut headers = HeaderMap::with_capacity(scratch.fields.len());
-        for &(ns, nl, vs, vl) in &scratch.fields {
-            let name = HeaderName::from_bytes(&head[ns..ns + nl]).ok()?;
-            let value = HeaderValue::from_maybe_shared(head.slice(vs..vs + vl)).ok()?;
+        for f in &scratch.fields {
+            let name = HeaderName::from_bytes(f.name.of_buf(head)).ok()?;
+            let value = HeaderValue::from_maybe_shared(head.slice(f.value.range())).ok()?;
             headers.append(name, value);
         }
         Some(headers)
@@ -283,24 +231,23 @@ impl Response {
     /// does.
     pub fn write_forwarded_head(&self, scratch: &Scratch, out: &mut Vec<u8>, close: bool) {
         let head = &self.head[..];
-        let field = |&(ns, nl, vs, vl): &(usize, usize, usize, usize)| {
-            (&head[ns..ns + nl], &head[vs..vs + vl])
-        };
-        let listed: Vec<&[u8]> = scratch
-            .fields
-            .iter()
-            .map(field)
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .collect();
+        let field = |f: &Field| (f.name.of_buf(head), f.value.of_buf(head));
+        let listed: Vec<&[u8]> = http1_wire::hop::connection_tokens(
+            scratch
+                .fields
+                .iter()
+                .map(field)
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+                .map(|(_, v)| v),
+        )
+        .collect();
         write_status_line(out, self.status);
         write_framing(out, self.framing, None);
         for (name, value) in scratch.fields.iter().map(field) {
             let framing_field =
                 self.framing != Framing::Empty && name.eq_ignore_ascii_case(b"content-length");
             if framing_field
-                || is_hop_by_hop(name)
+                || http1_wire::is_hop_by_hop(name)
                 || listed.iter().any(|l| l.eq_ignore_ascii_case(name))
             {
                 continue;
@@ -325,90 +272,31 @@ pub enum ResponseHead {
 /// Parses the response head at the start of `buf` to a request with `method`. On `Complete`
 /// the head's bytes are split off `buf`.
 pub fn parse_response(buf: &mut BytesMut, method: &Method, scratch: &mut Scratch) -> ResponseHead {
-    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut []);
-    let parsed = httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
-    let head_len = match parsed {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return ResponseHead::Partial,
+    let head = match http1_wire::parse_response_head(buf, RESPONSE_LIMITS, &mut scratch.fields) {
+        Ok(Some(head)) => head,
+        Ok(None) => return ResponseHead::Partial,
+        Err(HeadError::TooLarge { .. }) => return ResponseHead::Invalid("response head too large"),
+        Err(HeadError::InvalidStatus) => return ResponseHead::Invalid("invalid status code"),
         Err(_) => return ResponseHead::Invalid("malformed response head"),
     };
-    let Some(status) = resp.code.and_then(|c| StatusCode::from_u16(c).ok()) else {
-        return ResponseHead::Invalid("invalid status code");
-    };
+    let status = head.status;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return ResponseHead::Invalid("101 to a request that asked for no upgrade");
     }
     if status.is_informational() {
-        return ResponseHead::Interim(head_len);
+        return ResponseHead::Interim(head.len);
     }
-    let mut keep_alive = resp.version == Some(1);
-    let mut length = None;
-    let mut chunked = None;
-    let base = buf.as_ptr() as usize;
-    let fields = &mut scratch.fields;
-    fields.clear();
-    for h in resp.headers.iter() {
-        let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let Some(n) = h
-                .value
-                .split(|&b| b == b',')
-                .map(|v| parse_length(v.trim_ascii()))
-                .try_fold(None, |acc: Option<u64>, n| match (acc, n) {
-                    (_, None) => Err(()),
-                    (Some(a), Some(n)) if a != n => Err(()),
-                    (_, Some(n)) => Ok(Some(n)),
-                })
-                .ok()
-                .flatten()
-            else {
-                return ResponseHead::Invalid("invalid Content-Length");
-            };
-            if length.is_some_and(|l| l != n) {
-                return ResponseHead::Invalid("conflicting Content-Length");
-            }
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            // The last coding decides; an earlier `chunked` is overridden by a later field.
-            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection")
-            && h.value
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-        {
-            keep_alive = false;
+    let ResponseFraming {
+        framing,
+        keep_alive,
+    } = match head.framing(method) {
+        Ok(f) => f,
+        Err(FramingError::ConflictingLength) => {
+            return ResponseHead::Invalid("conflicting Content-Length");
         }
-        let (ns, nl) = span(base, name);
-        let (vs, vl) = span(base, h.value);
-        fields.push((ns, nl, vs, vl));
-    }
-    let framing = if *method == Method::HEAD
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        Framing::Empty
-    } else if let Some(chunked) = chunked {
-        // Both framings: Transfer-Encoding wins, and the connection is not trusted again.
-        if length.is_some() {
-            keep_alive = false;
-        }
-        if chunked {
-            Framing::Chunked
-        } else {
-            Framing::UntilClose
-        }
-    } else if let Some(n) = length {
-        Framing::Length(n)
-    } else {
-        Framing::UntilClose
+        Err(_) => return ResponseHead::Invalid("invalid Content-Length"),
     };
-    if framing == Framing::UntilClose {
-        keep_alive = false;
-    }
-    let head = buf.split_to(head_len).freeze();
+    let head = buf.split_to(head.len).freeze();
     ResponseHead::Complete(Response {
         status,
         head,
@@ -454,149 +342,15 @@ fn write_framing(out: &mut Vec<u8>, framing: Framing, empty_length: Option<&Head
         }
         Framing::Length(n) => write_length(out, n),
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        Framing::UntilClose => {}
+        Framing::CloseDelimited => {}
     }
 }
 
 fn write_close(out: &mut Vec<u8>, framing: Framing, close: bool) {
-    if close || framing == Framing::UntilClose {
+    if close || framing == Framing::CloseDelimited {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// A chunked body that ended badly.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid chunked encoding: {0}")]
-pub struct ChunkError(&'static str);
-
-/// Follows chunked framing (RFC 9112 §7.1) over bytes fed in any pieces, to find where the
-/// message ends; the bytes themselves are passed on unchanged.
-#[derive(Debug, Clone, Copy)]
-pub struct Chunked {
-    state: ChunkState,
-    size: u64,
-    digits: u8,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    Size,
-    /// After the size: extensions up to CR.
-    Extension,
-    SizeLf,
-    Data,
-    DataCr,
-    DataLf,
-    /// At the start of a trailer line (or the final empty line).
-    TrailerStart,
-    Trailer,
-    TrailerLf,
-    EndLf,
-    Done,
-}
-
-impl Default for Chunked {
-    fn default() -> Self {
-        Self {
-            state: ChunkState::Size,
-            size: 0,
-            digits: 0,
-        }
-    }
-}
-
-impl Chunked {
-    /// Consumes `data`; `Some(n)` when the message ends after its first `n` bytes.
-    pub fn feed(&mut self, data: &[u8]) -> Result<Option<usize>, ChunkError> {
-        let mut i = 0;
-        while i < data.len() {
-            let b = data[i];
-            match self.state {
-                ChunkState::Size => match (b as char).to_digit(16) {
-                    Some(d) => {
-                        if self.digits == 15 {
-                            return Err(ChunkError("chunk size too large"));
-                        }
-                        self.size = self.size * 16 + u64::from(d);
-                        self.digits += 1;
-                    }
-                    None if self.digits == 0 => return Err(ChunkError("missing chunk size")),
-                    None if b == b'\r' => self.state = ChunkState::SizeLf,
-                    None if b == b';' || b == b' ' || b == b'\t' => {
-                        self.state = ChunkState::Extension
-                    }
-                    None => return Err(ChunkError("invalid chunk size")),
-                },
-                ChunkState::Extension => match b {
-                    b'\r' => self.state = ChunkState::SizeLf,
-                    b'\n' => return Err(ChunkError("bare LF in chunk extension")),
-                    _ => {}
-                },
-                ChunkState::SizeLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("expected LF after chunk size"));
-                    }
-                    self.digits = 0;
-                    self.state = if self.size == 0 {
-                        ChunkState::TrailerStart
-                    } else {
-                        ChunkState::Data
-                    };
-                }
-                ChunkState::Data => {
-                    let take =
-                        (data.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
-                    i += take;
-                    self.size -= take as u64;
-                    if self.size == 0 {
-                        self.state = ChunkState::DataCr;
-                    }
-                    continue;
-                }
-                ChunkState::DataCr => {
-                    if b != b'\r' {
-                        return Err(ChunkError("expected CRLF after chunk data"));
-                    }
-                    self.state = ChunkState::DataLf;
-                }
-                ChunkState::DataLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("expected CRLF after chunk data"));
-                    }
-                    self.state = ChunkState::Size;
-                }
-                ChunkState::TrailerStart => {
-                    self.state = if b == b'\r' {
-                        ChunkState::EndLf
-                    } else {
-                        ChunkState::Trailer
-                    };
-                }
-                ChunkState::Trailer => {
-                    if b == b'\r' {
-                        self.state = ChunkState::TrailerLf;
-                    }
-                }
-                ChunkState::TrailerLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("expected LF after a trailer field"));
-                    }
-                    self.state = ChunkState::TrailerStart;
-                }
-                ChunkState::EndLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("expected LF at the end of the body"));
-                    }
-                    self.state = ChunkState::Done;
-                    return Ok(Some(i + 1));
-                }
-                ChunkState::Done => return Ok(Some(i)),
-            }
-            i += 1;
-        }
-        Ok((self.state == ChunkState::Done).then_some(0))
-    }
 }
 
 #[cfg(test)]

@@ -16,13 +16,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
-use super::codec::{self, Chunked, Framing, ResponseHead};
+use http1_wire::{ChunkedDecoder, ChunkedLimits};
+
+use super::codec::{self, Framing, ResponseHead};
 use crate::metrics::BackendErrorReason;
 use crate::proxy::{self, Completion, Local, Routed, Stop};
 use crate::upstream::{ConnectError, EndpointPool, RawConn};
 
-/// Response heads longer than this are a broken backend.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 /// Read size while streaming a body; the buffer is given back after a body this large.
 const STREAM_CHUNK: usize = 256 * 1024;
@@ -161,7 +161,7 @@ pub(super) async fn forward(
         },
     };
     done.host.response(resp.status);
-    let close = client.close || client.stop.is_raised() || resp.framing == Framing::UntilClose;
+    let close = client.close || client.stop.is_raised() || resp.framing == Framing::CloseDelimited;
     let out = &mut bufs.out;
     out.clear();
     match &modified {
@@ -305,9 +305,6 @@ async fn read_head(
                     continue;
                 }
                 ResponseHead::Invalid(why) => return Err(HeadError::Invalid(why.to_owned())),
-                ResponseHead::Partial if buf.len() >= MAX_RESPONSE_HEAD => {
-                    return Err(HeadError::Invalid("response head too large".into()));
-                }
                 ResponseHead::Partial => {}
             }
         }
@@ -361,7 +358,7 @@ async fn stream_body(
             }
         }
         Framing::Chunked => {
-            let mut chunked = Chunked::default();
+            let mut chunked = ChunkedDecoder::new(ChunkedLimits::default());
             let mut end = chunked
                 .feed(buf)
                 .map_err(|e| Broken::Backend(e.to_string()))?;
@@ -378,7 +375,7 @@ async fn stream_body(
                 buf.advance(n);
             }
         }
-        Framing::UntilClose => {
+        Framing::CloseDelimited => {
             write_two(client, head, buf).await?;
             buf.clear();
             loop {

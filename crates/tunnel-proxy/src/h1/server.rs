@@ -18,8 +18,6 @@ use crate::config::BackendProtocol;
 use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, StopHandle};
 use crate::state::State;
 
-/// Heads longer than this are left to hyper (whose limit is higher).
-const MAX_FAST_HEAD: usize = 16 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 
 /// What one connection keeps between requests.
@@ -64,10 +62,6 @@ pub(crate) async fn serve_connection(
                 RequestHead::Complete(req) => break req,
                 RequestHead::Declined(why) => {
                     debug!(peer = %conn.peer, why, "hyper takes over the connection");
-                    return hand_over(conn, Bytes::new(), &hyper).await;
-                }
-                RequestHead::Partial if conn.input.len() >= MAX_FAST_HEAD => {
-                    debug!(peer = %conn.peer, "long request head: hyper takes over the connection");
                     return hand_over(conn, Bytes::new(), &hyper).await;
                 }
                 RequestHead::Partial => {}
