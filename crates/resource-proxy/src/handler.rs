@@ -820,10 +820,11 @@ fn target_request(
     body: Bytes,
 ) -> Request<Bytes> {
     let mut builder = Request::builder().method(method).uri(path_and_query);
+    let listed = http1_wire::connection_names(headers);
     for (name, value) in headers {
         if name == header::ACCEPT {
             builder = builder.header(name, json_only_accept(value));
-        } else if forwardable(name) {
+        } else if forwardable(name) && !listed.contains(name) {
             builder = builder.header(name, value);
         }
     }
@@ -1231,7 +1232,7 @@ fn forwardable(name: &HeaderName) -> bool {
     let n = name.as_str();
     !(n.starts_with("x-remote-")
         || n.starts_with("impersonate-")
-        || is_hop_by_hop(n)
+        || http1_wire::is_hop_by_hop(n.as_bytes())
         || matches!(
             n,
             "authorization"
@@ -1243,36 +1244,14 @@ fn forwardable(name: &HeaderName) -> bool {
         ))
 }
 
-fn is_hop_by_hop(n: &str) -> bool {
-    matches!(
-        n,
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
-
 trait RetainEndToEnd {
     fn retain_mut_hop_by_hop(&mut self);
 }
 
 impl RetainEndToEnd for HeaderMap {
+    /// The hop-by-hop fields of [`http1_wire::hop`], and the ones `Connection` names.
     fn retain_mut_hop_by_hop(&mut self) {
-        for h in [
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "te",
-            "trailer",
-            "transfer-encoding",
-            "upgrade",
-        ] {
-            self.remove(h);
-        }
+        http1_wire::strip_hop_by_hop(self, http1_wire::Keep::default());
     }
 }
 
@@ -1343,6 +1322,26 @@ mod tests {
         for h in ["content-type", "user-agent", "accept"] {
             assert!(forwardable(&HeaderName::from_static(h)), "{h}");
         }
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_the_ones_connection_names_are_dropped_both_ways() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("x-end", HeaderValue::from_static("1"));
+        let req = target_request(Method::GET, "/x", &headers, Bytes::new());
+        let names: Vec<&str> = req.headers().keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-end"]);
+        headers.insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic"),
+        );
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        headers.retain_mut_hop_by_hop();
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["www-authenticate", "x-end"]);
     }
 
     #[test]
