@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -293,7 +293,7 @@ impl H1Client {
     /// The idle list of `dial` (`scheme://endpoint`), created on first use; kept across
     /// config pushes as long as this client is.
     fn pool(self: &Arc<Self>, dial: Uri) -> Arc<EndpointPool> {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools
             .entry(dial.clone())
             .or_insert_with(|| {
@@ -310,11 +310,11 @@ impl H1Client {
     /// Drops expired and closed idle connections, and the lists of endpoints no compiled
     /// table refers to any more.
     fn reap(&self) {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools.retain(|_, pool| {
-            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE_TIMEOUT);
-            let mut raw = pool.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut raw = pool.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
             raw.retain(|c| c.since.elapsed() < POOL_IDLE_TIMEOUT);
             Arc::strong_count(pool) > 1 || !idle.is_empty() || !raw.is_empty()
         });
@@ -356,7 +356,7 @@ struct IdleConn {
 impl EndpointPool {
     /// The most recently used idle connection that is still open and not expired.
     fn take(&self) -> Option<http1::SendRequest<ProxyBody>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(c) = idle.pop() {
             if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                 // The rest are older still.
@@ -377,7 +377,7 @@ impl EndpointPool {
             return;
         }
         if sender.is_ready() {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.push(IdleConn {
                 sender,
                 since: Instant::now(),
@@ -457,7 +457,7 @@ impl EndpointPool {
     pub(crate) async fn take_raw(&self) -> Option<RawConn> {
         loop {
             let mut idle = {
-                let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
                 let c = list.pop()?;
                 if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                     list.clear();
@@ -474,7 +474,7 @@ impl EndpointPool {
 
     /// Returns a fast-path connection whose exchange is complete.
     pub(crate) fn put_raw(&self, conn: RawConn) {
-        let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
         list.push(IdleRaw {
             conn,
             since: Instant::now(),
