@@ -5,10 +5,8 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-mod h1;
 pub mod metrics;
 pub mod proxy;
-pub mod smuggling;
 pub mod state;
 pub mod table;
 pub mod upstream;

@@ -2,7 +2,7 @@
 //! (swapped atomically), the document it came from, metrics, and the pooled clients.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
 use prometheus_client::registry::Registry;
@@ -60,7 +60,7 @@ impl State {
     /// error nothing changes.
     pub fn apply(&self, body: &[u8]) -> Result<u64, ApplyError> {
         let config = compile::parse(body)?;
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(loaded) = self.table.load().as_ref().map(|t| t.version)
             && config.version < loaded
         {

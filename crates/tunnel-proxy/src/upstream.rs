@@ -8,17 +8,16 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
+use http1_wire::{End, Guard, GuardedBody};
 use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -150,7 +149,7 @@ impl H1Client {
     /// The idle list of `dial` (`scheme://endpoint`), created on first use; kept across
     /// config pushes as long as this client is.
     fn pool(self: &Arc<Self>, dial: Uri) -> Arc<EndpointPool> {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools
             .entry(dial.clone())
             .or_insert_with(|| {
@@ -167,11 +166,11 @@ impl H1Client {
     /// Drops expired and closed idle connections, and the lists of endpoints no compiled
     /// table refers to any more.
     fn reap(&self) {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools.retain(|_, pool| {
-            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE_TIMEOUT);
-            let mut raw = pool.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut raw = pool.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
             raw.retain(|c| c.since.elapsed() < POOL_IDLE_TIMEOUT);
             Arc::strong_count(pool) > 1 || !idle.is_empty() || !raw.is_empty()
         });
@@ -192,7 +191,7 @@ async fn reap_every_interval(client: Weak<H1Client>) {
 }
 
 /// Idle HTTP/1.1 connections to one endpoint, most recently used last: hyper's (upgrades,
-/// mirrors) and the fast path's own (see [`crate::h1`]).
+/// mirrors) and the fast path's own.
 pub struct EndpointPool {
     dial: Uri,
     connector: BackendConnector,
@@ -213,7 +212,7 @@ struct IdleConn {
 impl EndpointPool {
     /// The most recently used idle connection that is still open and not expired.
     fn take(&self) -> Option<http1::SendRequest<ProxyBody>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(c) = idle.pop() {
             if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                 // The rest are older still.
@@ -234,7 +233,7 @@ impl EndpointPool {
             return;
         }
         if sender.is_ready() {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.push(IdleConn {
                 sender,
                 since: Instant::now(),
@@ -289,9 +288,13 @@ impl EndpointPool {
                 Ok(resp) => {
                     let (parts, body) = resp.into_parts();
                     // After 101 the connection belongs to the upgrade.
-                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS)
-                        .then(|| (sender, self.clone()));
-                    let body = PooledBody { inner: body, back };
+                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS).then(|| {
+                        PoolReturn {
+                            sender,
+                            pool: self.clone(),
+                        }
+                    });
+                    let body = GuardedBody::new(body, back).map_err(BoxError::from);
                     return Ok(Response::from_parts(parts, body.boxed_unsync()));
                 }
                 Err(mut e) => match e.take_message() {
@@ -310,7 +313,7 @@ impl EndpointPool {
     pub(crate) async fn take_raw(&self) -> Option<RawConn> {
         loop {
             let mut idle = {
-                let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
                 let c = list.pop()?;
                 if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                     list.clear();
@@ -327,7 +330,7 @@ impl EndpointPool {
 
     /// Returns a fast-path connection whose exchange is complete.
     pub(crate) fn put_raw(&self, conn: RawConn) {
-        let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
         list.push(IdleRaw {
             conn,
             since: Instant::now(),
@@ -434,54 +437,17 @@ impl AsyncWrite for RawConn {
     }
 }
 
-/// A response body that returns its connection to the pool once it has been read to the end.
-struct PooledBody {
-    inner: Incoming,
-    back: Option<(http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>,
+/// A connection that goes back to its pool once its response was read to the end; otherwise
+/// dropping the sender lets hyper close it.
+struct PoolReturn {
+    sender: http1::SendRequest<ProxyBody>,
+    pool: Arc<EndpointPool>,
 }
 
-impl PooledBody {
-    fn release(&mut self) {
-        if let Some((sender, pool)) = self.back.take() {
-            pool.put(sender);
-        }
-    }
-}
-
-impl Body for PooledBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
-            Poll::Ready(Some(Err(_))) => this.back = None,
-            _ => {}
-        }
-        polled.map(|f| f.map(|r| r.map_err(BoxError::from)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // Read to the end (or empty from the start): the connection can carry another
-        // request. Otherwise dropping the sender lets hyper close it.
-        if self.inner.is_end_stream() {
-            self.release();
+impl Guard for PoolReturn {
+    fn finish(self, end: End) {
+        if end == End::Complete {
+            self.pool.put(self.sender);
         }
     }
 }

@@ -24,10 +24,11 @@ pub(super) fn target_request(
     body: Bytes,
 ) -> Request<Bytes> {
     let mut builder = Request::builder().method(method).uri(path_and_query);
+    let listed = http1_wire::connection_names(headers);
     for (name, value) in headers {
         if name == header::ACCEPT {
             builder = builder.header(name, json_only_accept(value));
-        } else if forwardable(name) {
+        } else if forwardable(name) && !listed.contains(name) {
             builder = builder.header(name, value);
         }
     }
@@ -269,5 +270,32 @@ struct WatchGuard(prometheus_client::metrics::gauge::Gauge);
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::header::{HeaderName, HeaderValue};
+
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_fields_and_the_ones_connection_names_are_dropped_both_ways() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("x-end", HeaderValue::from_static("1"));
+        let req = target_request(Method::GET, "/x", &headers, Bytes::new());
+        let names: Vec<&str> = req.headers().keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-end"]);
+        headers.insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic"),
+        );
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        headers.retain_mut_hop_by_hop();
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["www-authenticate", "x-end"]);
     }
 }

@@ -21,7 +21,7 @@ pub(super) fn forwardable(name: &HeaderName) -> bool {
     let n = name.as_str();
     !(n.starts_with("x-remote-")
         || n.starts_with("impersonate-")
-        || is_hop_by_hop(n)
+        || http1_wire::is_hop_by_hop(n.as_bytes())
         || matches!(
             n,
             "authorization"
@@ -33,36 +33,14 @@ pub(super) fn forwardable(name: &HeaderName) -> bool {
         ))
 }
 
-fn is_hop_by_hop(n: &str) -> bool {
-    matches!(
-        n,
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
-
 pub(super) trait RetainEndToEnd {
     fn retain_mut_hop_by_hop(&mut self);
 }
 
 impl RetainEndToEnd for HeaderMap {
+    /// The hop-by-hop fields of [`http1_wire::hop`], and the ones `Connection` names.
     fn retain_mut_hop_by_hop(&mut self) {
-        for h in [
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "te",
-            "trailer",
-            "transfer-encoding",
-            "upgrade",
-        ] {
-            self.remove(h);
-        }
+        http1_wire::strip_hop_by_hop(self, http1_wire::Keep::default());
     }
 }
 

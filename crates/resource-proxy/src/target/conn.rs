@@ -40,4 +40,6 @@ pub enum ExchangeError {
     Closed,
     #[error("the target's answer is not valid HTTP/1.1: {0}")]
     Malformed(&'static str),
+    #[error("the target's answer is not valid HTTP/1.1: {0}")]
+    Chunked(#[from] http1_wire::ChunkedError),
 }

@@ -25,7 +25,11 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
+use http1_wire::{
+    ChunkedDecoder, ChunkedLimits, Framing, FramingError, HeadError, Limits, ResponseFraming, Step,
+    TransferCoding,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -39,9 +43,16 @@ use crate::config::PeerAddress;
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(30);
 /// Idle connections kept per peer; a connection beyond them is closed when its answer is read.
 const IDLE_PER_PEER: usize = 128;
-/// Header fields of an answer, and the largest answer head.
-const MAX_HEADERS: usize = 128;
-const MAX_HEAD: usize = 256 * 1024;
+/// The largest answer head, and its header fields.
+const HEAD_LIMITS: Limits = Limits {
+    max_head: 256 * 1024,
+    max_fields: 128,
+};
+/// A chunk-size line and the trailer section of a chunked answer.
+const CHUNKED_LIMITS: ChunkedLimits = ChunkedLimits {
+    max_size_line: 1024,
+    max_trailers: 256 * 1024,
+};
 /// Connections closed under a request before it could be answered, before the request fails.
 const ATTEMPTS: usize = 3;
 
@@ -251,14 +262,6 @@ enum Failure {
     BodyBroke(http::response::Parts, ExchangeError),
 }
 
-/// How the body of an answer ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    UntilClose,
-}
-
 /// Reads one answer to a request of `method`: its head and whole body, and whether the
 /// connection can carry another request.
 async fn read_answer<S: AsyncRead + Unpin>(
@@ -281,9 +284,6 @@ async fn read_answer<S: AsyncRead + Unpin>(
                 }
                 break head;
             }
-            Ok(None) if buf.len() > MAX_HEAD => {
-                return Err(Failure::Broke(ExchangeError::Malformed("head too large")));
-            }
             Ok(None) => {}
             Err(e) => return Err(Failure::Broke(e)),
         }
@@ -302,9 +302,13 @@ async fn read_answer<S: AsyncRead + Unpin>(
         mut keep_alive,
     } = head;
     let body = match framing {
-        Framing::Length(n) => read_length(io, &mut buf, n).await,
+        Framing::Empty => Ok(Bytes::new()),
+        Framing::Length(n) => match usize::try_from(n) {
+            Ok(n) => read_length(io, &mut buf, n).await,
+            Err(_) => Err(ExchangeError::Malformed("bad content-length")),
+        },
         Framing::Chunked => read_chunked(io, &mut buf).await,
-        Framing::UntilClose => {
+        Framing::CloseDelimited => {
             keep_alive = false;
             read_to_end(io, &mut buf).await
         }
@@ -335,93 +339,64 @@ struct Head {
 /// The answer's head at the start of `buf`, taken off it, or `None` while it is incomplete.
 /// Field values are slices of the head's bytes, not copies.
 fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, ExchangeError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
+    let mut fields = Vec::new();
+    let head = match http1_wire::parse_response_head(buf, HEAD_LIMITS, &mut fields) {
+        Ok(Some(head)) => head,
+        Ok(None) => return Ok(None),
+        Err(HeadError::TooLarge { .. }) => return Err(ExchangeError::Malformed("head too large")),
+        Err(HeadError::TooManyFields { .. }) => {
             return Err(ExchangeError::Malformed("too many header fields"));
         }
-        Err(_) => return Err(ExchangeError::Malformed("unparsable head")),
+        Err(HeadError::InvalidStatus) => return Err(ExchangeError::Malformed("bad status code")),
+        Err(HeadError::Malformed(_)) => return Err(ExchangeError::Malformed("unparsable head")),
     };
-    let status = resp
-        .code
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or(ExchangeError::Malformed("bad status code"))?;
-    let mut keep_alive = resp.version == Some(1);
-    let mut chunked = false;
-    let mut length: Option<usize> = None;
-    // The fields to keep, with where their values are in the head.
-    let mut kept = Vec::with_capacity(resp.headers.len());
-    let start = buf.as_ptr() as usize;
-    for field in resp.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| ExchangeError::Malformed("bad header name"))?;
-        if name == CONNECTION {
-            if has_token(field.value, "close") {
-                keep_alive = false;
-            }
-            continue;
-        }
-        if name == TRANSFER_ENCODING {
-            // Only `chunked` (last) frames a body this proxy can read.
-            chunked = field
-                .value
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            if !chunked {
-                return Err(ExchangeError::Malformed("unsupported transfer coding"));
-            }
-            continue;
-        }
-        if name == CONTENT_LENGTH {
-            let n = std::str::from_utf8(field.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or(ExchangeError::Malformed("bad content-length"))?;
-            if length.is_some_and(|m| m != n) {
-                return Err(ExchangeError::Malformed("conflicting content-length"));
-            }
-            length = Some(n);
-        }
-        let at = field.value.as_ptr() as usize - start;
-        kept.push((name, at..at + field.value.len()));
+    // Only `chunked` (last) frames a body this proxy can read.
+    if head.fields.transfer_encoding == Some(TransferCoding::Other) {
+        return Err(ExchangeError::Malformed("unsupported transfer coding"));
     }
-    let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(kept.len());
-    for (name, at) in kept {
-        let value = HeaderValue::from_maybe_shared(head.slice(at))
+    let ResponseFraming {
+        framing,
+        keep_alive,
+    } = head.framing(method).map_err(|e| match e {
+        FramingError::ConflictingLength => ExchangeError::Malformed("conflicting content-length"),
+        _ => ExchangeError::Malformed("bad content-length"),
+    })?;
+    let bytes = buf.split_to(head.len).freeze();
+    // The connection's own fields (RFC 9110 §7.6.1) are not part of the answer.
+    let listed: Vec<&[u8]> = http1_wire::hop::connection_tokens(
+        fields
+            .iter()
+            .filter(|f| f.name.of_buf(&bytes).eq_ignore_ascii_case(b"connection"))
+            .map(|f| f.value.of_buf(&bytes)),
+    )
+    .collect();
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for field in &fields {
+        let name = HeaderName::from_bytes(field.name.of_buf(&bytes))
+            .map_err(|_| ExchangeError::Malformed("bad header name"))?;
+        if name == CONNECTION
+            || name == TRANSFER_ENCODING
+            || listed
+                .iter()
+                .any(|l| l.eq_ignore_ascii_case(name.as_str().as_bytes()))
+        {
+            continue;
+        }
+        let value = HeaderValue::from_maybe_shared(bytes.slice(field.value.range()))
             .map_err(|_| ExchangeError::Malformed("bad header value"))?;
         headers.append(name, value);
     }
-    let bodyless = *method == Method::HEAD
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    let framing = if bodyless {
-        Framing::Length(0)
-    } else if chunked {
+    if framing == Framing::Chunked {
         headers.remove(CONTENT_LENGTH);
-        Framing::Chunked
-    } else {
-        length.map_or(Framing::UntilClose, Framing::Length)
-    };
+    }
     let mut parts = Response::new(()).into_parts().0;
-    parts.status = status;
+    parts.status = head.status;
     parts.headers = headers;
     Ok(Some(Head {
         parts,
         framing,
         keep_alive,
     }))
-}
-
-fn has_token(value: &[u8], token: &str) -> bool {
-    value
-        .split(|b| *b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 async fn read_length<S: AsyncRead + Unpin>(
@@ -449,78 +424,36 @@ async fn read_to_end<S: AsyncRead + Unpin>(
     Ok(buf.split().freeze())
 }
 
+/// A chunked body, decoded; its trailer fields are dropped.
 async fn read_chunked<S: AsyncRead + Unpin>(
     io: &mut S,
     buf: &mut BytesMut,
 ) -> Result<Bytes, ExchangeError> {
+    let mut decoder = ChunkedDecoder::new(CHUNKED_LIMITS);
     let mut body = BytesMut::new();
     loop {
-        let size = loop {
-            match decode_chunk_size(buf)? {
-                Some(size) => break size,
-                None => {
-                    if read_more(io, buf).await? == 0 {
-                        return Err(ExchangeError::Closed);
-                    }
+        match decoder.decode(buf)? {
+            Step::Data { framing, data } => {
+                buf.advance(framing);
+                if body.is_empty() {
+                    // The first chunk (often the only one) is not copied.
+                    body = buf.split_to(data);
+                } else {
+                    body.extend_from_slice(&buf[..data]);
+                    buf.advance(data);
                 }
             }
-        };
-        if size == 0 {
-            // Trailer fields, ended by an empty line; none of them is kept.
-            loop {
-                match memchr::memmem::find(buf, b"\r\n") {
-                    Some(0) => {
-                        buf.advance(2);
-                        return Ok(body.freeze());
-                    }
-                    Some(i) => buf.advance(i + 2),
-                    None if buf.len() > MAX_HEAD => {
-                        return Err(ExchangeError::Malformed("trailers too large"));
-                    }
-                    None => {
-                        if read_more(io, buf).await? == 0 {
-                            return Err(ExchangeError::Closed);
-                        }
-                    }
+            Step::End { framing } => {
+                buf.advance(framing);
+                return Ok(body.freeze());
+            }
+            Step::NeedMore => {
+                buf.clear();
+                if read_more(io, buf).await? == 0 {
+                    return Err(ExchangeError::Closed);
                 }
             }
         }
-        while buf.len() < size + 2 {
-            if read_more(io, buf).await? == 0 {
-                return Err(ExchangeError::Closed);
-            }
-        }
-        if &buf[size..size + 2] != b"\r\n" {
-            return Err(ExchangeError::Malformed("chunk not ended by CRLF"));
-        }
-        if body.is_empty() {
-            // The first chunk (often the only one) is not copied.
-            body = buf.split_to(size);
-        } else {
-            body.extend_from_slice(&buf[..size]);
-            buf.advance(size);
-        }
-        buf.advance(2);
-    }
-}
-
-/// The size of the chunk at the start of `buf` (its size line consumed), or `None` while the
-/// line is incomplete.
-fn decode_chunk_size(buf: &mut BytesMut) -> Result<Option<usize>, ExchangeError> {
-    match httparse::parse_chunk_size(buf) {
-        Ok(httparse::Status::Complete((consumed, size))) => {
-            buf.advance(consumed);
-            usize::try_from(size)
-                .ok()
-                .filter(|s| *s < usize::MAX - 2)
-                .map(Some)
-                .ok_or(ExchangeError::Malformed("chunk too large"))
-        }
-        Ok(httparse::Status::Partial) if buf.len() > 1024 => {
-            Err(ExchangeError::Malformed("chunk size line too long"))
-        }
-        Ok(httparse::Status::Partial) => Ok(None),
-        Err(_) => Err(ExchangeError::Malformed("bad chunk size")),
     }
 }
 

@@ -27,6 +27,7 @@ use futures::future::{BoxFuture, Shared};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
+use http1_wire::{End, Guard, GuardedBody};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -138,8 +139,9 @@ impl Conn {
     }
 }
 
-/// A stream reserved on a connection; released when dropped. An HTTP/1.1 connection's sender
-/// goes back to the connection with it.
+/// A stream reserved on a connection; released when dropped (however the answer's body
+/// ended: a connection broken by an unread body is seen dead). An HTTP/1.1 connection's
+/// sender goes back to the connection with it.
 struct Reservation {
     conn: Arc<Conn>,
     h1: Option<(H1Slot, http1::SendRequest<Full<Bytes>>)>,
@@ -154,15 +156,16 @@ impl Drop for Reservation {
     }
 }
 
+impl Guard for Reservation {
+    fn finish(self, _: End) {}
+}
+
 /// The body of a target's answer: a stream on an HTTP/2 connection, held until it is read to
 /// the end or dropped, or an answer read whole ([`crate::target::exchange`]).
 pub struct TargetBody(Kind);
 
 enum Kind {
-    Stream {
-        inner: Incoming,
-        _reservation: Reservation,
-    },
+    Stream(GuardedBody<Incoming, Reservation>),
     Whole(Option<Bytes>),
     /// The head came, the body broke off: the error is the body's one frame.
     Broken(Option<ExchangeError>),
@@ -193,7 +196,7 @@ impl Body for TargetBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.0 {
-            Kind::Stream { inner, .. } => Pin::new(inner).poll_frame(cx).map_err(Into::into),
+            Kind::Stream(inner) => Pin::new(inner).poll_frame(cx).map_err(Into::into),
             Kind::Whole(body) => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
             Kind::Broken(e) => Poll::Ready(e.take().map(|e| Err(e.into()))),
         }
@@ -201,7 +204,7 @@ impl Body for TargetBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.0 {
-            Kind::Stream { inner, .. } => inner.is_end_stream(),
+            Kind::Stream(inner) => inner.is_end_stream(),
             Kind::Whole(body) => body.is_none(),
             Kind::Broken(e) => e.is_none(),
         }
@@ -209,7 +212,7 @@ impl Body for TargetBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.0 {
-            Kind::Stream { inner, .. } => inner.size_hint(),
+            Kind::Stream(inner) => inner.size_hint(),
             Kind::Whole(body) => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Broken(_) => SizeHint::default(),
         }
@@ -271,10 +274,7 @@ impl Pool {
             match sent {
                 Ok(resp) => {
                     return Ok(resp.map(|inner| {
-                        TargetBody(Kind::Stream {
-                            inner,
-                            _reservation: reservation,
-                        })
+                        TargetBody(Kind::Stream(GuardedBody::new(inner, reservation)))
                     }));
                 }
                 Err(mut e) => match e.take_message() {

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
+use tunnel_config::config::Config;
 use tunnel_controller::api::{GatewayClassConfig, GatewayConfig};
 use tunnel_controller::conditions::Verdict;
 use tunnel_controller::dedicated::Verification;
@@ -30,7 +31,6 @@ use tunnel_controller::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKin
 use tunnel_controller::model::{self, Model, Plane, Settings};
 use tunnel_controller::status::{self, Effects, Notice, Write};
 use tunnel_controller::world::Snapshot;
-use tunnel_config::config::Config;
 
 const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
 

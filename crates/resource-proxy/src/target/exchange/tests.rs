@@ -116,6 +116,18 @@ async fn a_chunked_answer_with_a_content_length_is_framed_by_its_chunks() {
 }
 
 #[tokio::test]
+async fn the_fields_connection_names_are_not_part_of_the_answer() {
+    let (_, headers, _, keep) = answer(
+        b"HTTP/1.1 200 OK\r\nConnection: X-Hop, close\r\nX-Hop: 1\r\nX-End: 1\r\nContent-Length: 0\r\n\r\n",
+        Method::GET,
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+    assert_eq!((names, keep), (vec!["x-end", "content-length"], false));
+}
+
+#[tokio::test]
 async fn an_answer_without_length_runs_to_the_close_and_ends_the_connection() {
     let (_, _, body, keep) = answer(b"HTTP/1.1 200 OK\r\n\r\nuntil the end", Method::GET)
         .await

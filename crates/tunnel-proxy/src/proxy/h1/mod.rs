@@ -5,7 +5,7 @@
 //! it with the live table, and drives the backend exchange over a pooled connection itself:
 //! no per-request task, channel or timer, and heads are parsed once per leg. Routing,
 //! filters, forwarding headers, timeouts, status codes, logs and metrics are the same
-//! functions the hyper path uses ([`crate::proxy`]).
+//! functions the hyper path uses ([`super::route`], [`super::headers`], [`super::answer`]).
 //!
 //! Everything else is handed to hyper for the rest of the connection, from the head of the
 //! request the fast path declined: HTTP/2 (prior knowledge), HTTP/1.0, upgrades, `Expect`,
@@ -14,7 +14,6 @@
 
 pub(crate) mod codec;
 mod exchange;
-pub(crate) mod rewind;
 mod server;
 
 pub(crate) use server::serve_connection;

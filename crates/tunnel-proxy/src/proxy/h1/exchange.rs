@@ -16,13 +16,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
-use super::codec::{self, Chunked, Framing, ResponseHead};
+use http1_wire::{ChunkedDecoder, ChunkedLimits};
+
+use super::codec::{self, Framing, ResponseHead};
 use crate::metrics::BackendErrorReason;
-use crate::proxy::{self, Completion, Local, Routed, Stop};
+use crate::proxy::answer::{
+    Completion, Local, backend_failure, connect_reason, error_chain, local,
+};
+use crate::proxy::conn::Stop;
+use crate::proxy::headers::{
+    X_FORWARDED_FOR, X_FORWARDED_PROTO, filter_request_headers, forwarding, strip_hop_by_hop,
+    upstream_target,
+};
+use crate::proxy::route::Routed;
 use crate::upstream::{ConnectError, EndpointPool, RawConn};
 
-/// Response heads longer than this are a broken backend.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 /// Read size while streaming a body; the buffer is given back after a body this large.
 const STREAM_CHUNK: usize = 256 * 1024;
@@ -66,10 +74,10 @@ pub(super) async fn forward(
     bufs: &mut Buffers,
 ) -> bool {
     let rule = routed.rule;
-    proxy::filter_request_headers(&mut parts.headers, rule, false);
-    let fwd = proxy::forwarding(&parts.headers, rule, &routed.authority, client.peer_ip);
-    let Some(target) = proxy::upstream_target(rule, &parts.uri, routed.matched_prefix) else {
-        let answer = proxy::local(StatusCode::BAD_REQUEST, "invalid request target\n");
+    filter_request_headers(&mut parts.headers, rule, false);
+    let fwd = forwarding(&parts.headers, rule, &routed.authority, client.peer_ip);
+    let Some(target) = upstream_target(rule, &parts.uri, routed.matched_prefix) else {
+        let answer = local(StatusCode::BAD_REQUEST, "invalid request target\n");
         return answer_locally(client, answer, routed, done, bufs).await;
     };
     let endpoint = routed.upstream.next_endpoint();
@@ -78,11 +86,11 @@ pub(super) async fn forward(
     out.clear();
     // Written in place of the client's fields rather than inserted into the map.
     let host = (&header::HOST, &fwd.host);
-    let proto = (&proxy::X_FORWARDED_PROTO, &fwd.forwarded_proto);
+    let proto = (&X_FORWARDED_PROTO, &fwd.forwarded_proto);
     let (with_for, without_for);
     let set: &[(&HeaderName, &HeaderValue)] = match &fwd.forwarded_for {
         Some(v) => {
-            with_for = [host, (&proxy::X_FORWARDED_FOR, v), proto];
+            with_for = [host, (&X_FORWARDED_FOR, v), proto];
             &with_for
         }
         None => {
@@ -120,7 +128,7 @@ pub(super) async fn forward(
         Ok(answer) => answer,
         Err(failure) => {
             let reason = match &failure {
-                Failure::Connect(e) => proxy::connect_reason(e),
+                Failure::Connect(e) => connect_reason(e),
                 Failure::Protocol(_) => BackendErrorReason::Protocol,
                 Failure::Timeout(_) => BackendErrorReason::Timeout,
             };
@@ -129,14 +137,14 @@ pub(super) async fn forward(
                     %endpoint, reason = "timeout", timeout_ms = d.as_millis() as u64,
                     "backend request failed"),
                 Failure::Connect(e) => warn!(route = %rule.route, backend = %routed.backend.name,
-                    %endpoint, reason = reason.as_str(), error = %proxy::error_chain(e),
+                    %endpoint, reason = reason.as_str(), error = %error_chain(e),
                     "backend request failed"),
                 Failure::Protocol(e) => warn!(route = %rule.route, backend = %routed.backend.name,
                     %endpoint, reason = reason.as_str(), error = %e, "backend request failed"),
             }
             done.host.backend_error(reason);
             bufs.backend.clear();
-            let answer = proxy::backend_failure(reason);
+            let answer = backend_failure(reason);
             return answer_locally(client, answer, routed, done, bufs).await;
         }
     };
@@ -146,7 +154,7 @@ pub(super) async fn forward(
         None => None,
         Some(modifier) => match resp.header_map(&bufs.scratch) {
             Some(mut headers) => {
-                proxy::strip_hop_by_hop(&mut headers, false);
+                strip_hop_by_hop(&mut headers, false);
                 modifier.apply(&mut headers);
                 Some(headers)
             }
@@ -155,13 +163,13 @@ pub(super) async fn forward(
                     reason = "protocol", "backend response has a field that cannot be represented");
                 done.host.backend_error(BackendErrorReason::Protocol);
                 bufs.backend.clear();
-                let answer = proxy::backend_failure(BackendErrorReason::Protocol);
+                let answer = backend_failure(BackendErrorReason::Protocol);
                 return answer_locally(client, answer, routed, done, bufs).await;
             }
         },
     };
     done.host.response(resp.status);
-    let close = client.close || client.stop.is_raised() || resp.framing == Framing::UntilClose;
+    let close = client.close || client.stop.is_raised() || resp.framing == Framing::CloseDelimited;
     let out = &mut bufs.out;
     out.clear();
     match &modified {
@@ -305,9 +313,6 @@ async fn read_head(
                     continue;
                 }
                 ResponseHead::Invalid(why) => return Err(HeadError::Invalid(why.to_owned())),
-                ResponseHead::Partial if buf.len() >= MAX_RESPONSE_HEAD => {
-                    return Err(HeadError::Invalid("response head too large".into()));
-                }
                 ResponseHead::Partial => {}
             }
         }
@@ -361,7 +366,7 @@ async fn stream_body(
             }
         }
         Framing::Chunked => {
-            let mut chunked = Chunked::default();
+            let mut chunked = ChunkedDecoder::new(ChunkedLimits::default());
             let mut end = chunked
                 .feed(buf)
                 .map_err(|e| Broken::Backend(e.to_string()))?;
@@ -378,7 +383,7 @@ async fn stream_body(
                 buf.advance(n);
             }
         }
-        Framing::UntilClose => {
+        Framing::CloseDelimited => {
             write_two(client, head, buf).await?;
             buf.clear();
             loop {

@@ -138,9 +138,9 @@ fn response_framing_follows_rfc_9112() {
         "TE wins over CL, and the connection is not reused"
     );
     let (r, _) = response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", &get);
-    assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
+    assert_eq!((r.framing, r.keep_alive), (Framing::CloseDelimited, false));
     let (r, _) = response(b"HTTP/1.1 200 OK\r\nX: y\r\n\r\n", &get);
-    assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
+    assert_eq!((r.framing, r.keep_alive), (Framing::CloseDelimited, false));
     let (r, _) = response(
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
         &Method::HEAD,
@@ -210,64 +210,13 @@ fn a_response_head_states_its_framing_once() {
         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: b\r\nconnection: close\r\n\r\n"
     );
     assert_eq!(
-        head(Framing::UntilClose, false),
+        head(Framing::CloseDelimited, false),
         "HTTP/1.1 200 OK\r\nx-a: b\r\nconnection: close\r\n\r\n"
     );
     assert_eq!(
         head(Framing::Empty, false),
         "HTTP/1.1 200 OK\r\ncontent-length: 7\r\nx-a: b\r\n\r\n"
     );
-}
-
-const BODY: &[u8] = b"5;ext=1\r\nhello\r\n0000a\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\nNEXT";
-
-#[test]
-fn chunked_framing_finds_the_end_however_the_bytes_arrive() {
-    let end = BODY.len() - 4;
-    assert_eq!(Chunked::default().feed(BODY).unwrap(), Some(end));
-    for split in 1..BODY.len() {
-        let mut c = Chunked::default();
-        let first = c.feed(&BODY[..split]).unwrap();
-        let got = match first {
-            Some(n) => n,
-            None => {
-                split
-                    + c.feed(&BODY[split..])
-                        .unwrap()
-                        .expect("ends in the second piece")
-            }
-        };
-        assert_eq!(got, end, "split at {split}");
-    }
-    let mut c = Chunked::default();
-    let mut ended = None;
-    for (i, b) in BODY.iter().enumerate() {
-        if let Some(n) = c.feed(std::slice::from_ref(b)).unwrap() {
-            ended = Some(i + n);
-            break;
-        }
-    }
-    assert_eq!(ended, Some(end));
-    assert_eq!(Chunked::default().feed(b"0\r\n\r\n").unwrap(), Some(5));
-}
-
-#[test]
-fn broken_chunked_framing_is_an_error() {
-    for bad in [
-        &b"x\r\n"[..],
-        b"\r\n",
-        b"5\nhello",
-        b"5\r\nhelloX\r\n",
-        b"1000000000000000\r\n",
-        b"0\r\nX: y\rZ",
-        b"0\r\n\rZ",
-    ] {
-        assert!(
-            Chunked::default().feed(bad).is_err(),
-            "{:?} accepted",
-            String::from_utf8_lossy(bad)
-        );
-    }
 }
 
 #[test]

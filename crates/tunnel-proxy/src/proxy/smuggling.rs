@@ -8,6 +8,9 @@
 //! chunked bodies) and raises a per-connection flag when a head has both headers. Because hyper
 //! closes the connection after such a request, the flag never needs resetting. HTTP/2
 //! connections (prior-knowledge preface) are not scanned.
+//!
+//! The fields are read and the framing decided by [`http1_wire`]'s rules, chunked bodies
+//! followed by its decoder; what is here is the line scanning over reads.
 
 use std::io;
 use std::pin::Pin;
@@ -15,6 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
+use http1_wire::{
+    ChunkedDecoder, ChunkedLimits, ContentLength, FieldSummary, FramingError, TransferCoding,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
@@ -29,20 +35,12 @@ enum Scan {
     Head {
         /// No line of this head seen yet (blank lines before a request line are tolerated).
         first_line: bool,
-        content_length: Option<u64>,
-        chunked: bool,
-        any_te: bool,
+        fields: FieldSummary,
     },
     /// Skipping a fixed-length body.
     Fixed(u64),
-    /// Reading a chunk-size line.
-    ChunkSize,
-    /// Skipping chunk data.
-    ChunkData(u64),
-    /// Skipping the CRLF after chunk data.
-    ChunkDataEnd(u8),
-    /// Reading trailer lines up to the empty one.
-    Trailers,
+    /// Skipping a chunked body. Unbounded: hyper reads (and bounds) the same bytes.
+    Chunked(ChunkedDecoder),
     /// HTTP/2, or bytes the scanner cannot follow: stop looking.
     Off,
 }
@@ -50,9 +48,7 @@ enum Scan {
 impl Scan {
     const HEAD: Self = Self::Head {
         first_line: true,
-        content_length: None,
-        chunked: false,
-        any_te: false,
+        fields: FieldSummary::EMPTY,
     };
 }
 
@@ -96,22 +92,15 @@ impl Scanner {
                         self.state = Scan::HEAD;
                     }
                 }
-                Scan::ChunkData(n) => {
-                    let take = skip(n, data.len());
-                    data = &data[take..];
-                    if *n == 0 {
-                        self.state = Scan::ChunkDataEnd(2);
+                Scan::Chunked(decoder) => match decoder.feed(data) {
+                    Ok(Some(end)) => {
+                        data = &data[end..];
+                        self.state = Scan::HEAD;
                     }
-                }
-                Scan::ChunkDataEnd(left) => {
-                    let take = usize::from(*left).min(data.len());
-                    *left -= take as u8;
-                    data = &data[take..];
-                    if *left == 0 {
-                        self.state = Scan::ChunkSize;
-                    }
-                }
-                Scan::Head { .. } | Scan::ChunkSize | Scan::Trailers => {
+                    Ok(None) => return,
+                    Err(_) => self.state = Scan::Off,
+                },
+                Scan::Head { .. } => {
                     let Some(nl) = memchr::memchr(b'\n', data) else {
                         self.keep(data);
                         return;
@@ -139,64 +128,39 @@ impl Scanner {
         self.carry.extend_from_slice(&part[..part.len().min(room)]);
     }
 
-    /// One complete line (without its `\n`) in a line-oriented state.
+    /// One complete line (without its `\n`) of a head.
     fn line(&mut self, line: &[u8]) {
         let text = line.strip_suffix(b"\r").unwrap_or(line);
-        match &mut self.state {
-            Scan::ChunkSize => {
-                let size = text.split(|b| *b == b';').next().unwrap_or_default();
-                self.state = match parse_hex(size.trim_ascii()) {
-                    Some(0) => Scan::Trailers,
-                    Some(n) => Scan::ChunkData(n),
-                    None => Scan::Off,
-                };
+        let Scan::Head { first_line, fields } = &mut self.state else {
+            return;
+        };
+        if std::mem::take(&mut self.conn_first_line) && text == H2_PREFACE_LINE {
+            self.state = Scan::Off;
+            return;
+        }
+        if text.is_empty() {
+            if *first_line {
+                // blank lines before a request line are tolerated by hyper
+                return;
             }
-            Scan::Trailers => {
-                if text.is_empty() {
-                    self.state = Scan::HEAD;
-                }
+            if http1_wire::request_framing(fields) == Err(FramingError::LengthAndEncoding) {
+                self.flag.store(true, Ordering::Relaxed);
             }
-            Scan::Head {
-                first_line,
-                content_length,
-                chunked,
-                any_te,
-            } => {
-                if std::mem::take(&mut self.conn_first_line) && text == H2_PREFACE_LINE {
-                    self.state = Scan::Off;
-                    return;
+            // The body as hyper reads it: chunked when that is the final coding, else the
+            // length (none when it is invalid: hyper refuses the request and closes).
+            self.state = match (fields.transfer_encoding, fields.content_length) {
+                (Some(TransferCoding::Chunked), _) => {
+                    Scan::Chunked(ChunkedDecoder::new(ChunkedLimits::UNBOUNDED))
                 }
-                if text.is_empty() {
-                    if *first_line {
-                        // blank lines before a request line are tolerated by hyper
-                        return;
-                    }
-                    if *any_te && content_length.is_some() {
-                        self.flag.store(true, Ordering::Relaxed);
-                    }
-                    self.state = if *chunked {
-                        Scan::ChunkSize
-                    } else {
-                        match *content_length {
-                            Some(n) if n > 0 => Scan::Fixed(n),
-                            _ => Scan::HEAD,
-                        }
-                    };
-                    return;
-                }
-                if !std::mem::replace(first_line, false) {
-                    if let Some(value) = header_value(text, b"content-length") {
-                        *content_length = Some(parse_dec(value.trim_ascii()).unwrap_or(0));
-                    } else if let Some(value) = header_value(text, b"transfer-encoding") {
-                        *any_te = true;
-                        *chunked = value
-                            .rsplit(|b| *b == b',')
-                            .next()
-                            .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-                    }
-                }
-            }
-            Scan::Fixed(_) | Scan::ChunkData(_) | Scan::ChunkDataEnd(_) | Scan::Off => {}
+                (_, ContentLength::One(n) | ContentLength::Repeated(n)) if n > 0 => Scan::Fixed(n),
+                _ => Scan::HEAD,
+            };
+            return;
+        }
+        if !std::mem::replace(first_line, false)
+            && let Some(colon) = memchr::memchr(b':', text)
+        {
+            fields.observe(&text[..colon], text[colon + 1..].trim_ascii());
         }
     }
 }
@@ -206,33 +170,6 @@ fn skip(n: &mut u64, len: usize) -> usize {
     let take = (*n).min(len as u64) as usize;
     *n -= take as u64;
     take
-}
-
-/// The value of `line` when it is the header `name` (compared case-insensitively).
-fn header_value<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-    let (n, rest) = line.split_at_checked(name.len())?;
-    let value = rest.strip_prefix(b":")?;
-    n.eq_ignore_ascii_case(name).then_some(value)
-}
-
-fn parse_dec(s: &[u8]) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, b| {
-        let d = (*b as char).to_digit(10)?;
-        acc.checked_mul(10)?.checked_add(u64::from(d))
-    })
-}
-
-fn parse_hex(s: &[u8]) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, b| {
-        let d = (*b as char).to_digit(16)?;
-        acc.checked_mul(16)?.checked_add(u64::from(d))
-    })
 }
 
 pin_project_lite::pin_project! {

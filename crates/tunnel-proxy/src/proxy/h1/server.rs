@@ -15,11 +15,12 @@ use tunnel_config::config::BackendProtocol;
 
 use super::codec::{self, RequestHead};
 use super::exchange::{self, Buffers};
-use crate::proxy::{self, Completion, Decision, HEADER_READ_TIMEOUT, HyperServer, StopHandle};
+use crate::proxy::answer::Completion;
+use crate::proxy::conn::{HEADER_READ_TIMEOUT, StopHandle, peer_ip};
+use crate::proxy::route::{Decision, decide};
+use crate::proxy::service::{HyperServer, serve_with_hyper};
 use crate::state::State;
 
-/// Heads longer than this are left to hyper (whose limit is higher).
-const MAX_FAST_HEAD: usize = 16 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 
 /// What one connection keeps between requests.
@@ -46,7 +47,7 @@ pub(crate) async fn serve_connection(
     let mut conn = Conn {
         stream,
         peer,
-        peer_ip: proxy::peer_ip(peer),
+        peer_ip: peer_ip(peer),
         state,
         stop,
         input: BytesMut::with_capacity(READ_CHUNK),
@@ -64,10 +65,6 @@ pub(crate) async fn serve_connection(
                 RequestHead::Complete(req) => break req,
                 RequestHead::Declined(why) => {
                     debug!(peer = %conn.peer, why, "hyper takes over the connection");
-                    return hand_over(conn, Bytes::new(), &hyper).await;
-                }
-                RequestHead::Partial if conn.input.len() >= MAX_FAST_HEAD => {
-                    debug!(peer = %conn.peer, "long request head: hyper takes over the connection");
                     return hand_over(conn, Bytes::new(), &hyper).await;
                 }
                 RequestHead::Partial => {}
@@ -108,7 +105,7 @@ pub(crate) async fn serve_connection(
         };
         let table = conn.state.table();
         let mut host = conn.state.metrics().unmatched().clone();
-        let decision = proxy::decide(conn.peer, &req.parts, table.as_deref(), &mut host);
+        let decision = decide(conn.peer, &req.parts, table.as_deref(), &mut host);
         if let Decision::Forward(routed) = &decision
             && !(routed.upstream.protocol == BackendProtocol::Http1
                 && routed.rule.mirrors.is_empty())
@@ -181,5 +178,5 @@ async fn hand_over(conn: Conn, prefix: Bytes, hyper: &HyperServer) {
         all.extend_from_slice(&conn.input);
         all.freeze()
     };
-    proxy::serve_with_hyper(conn.stream, prefix, conn.peer, conn.state, hyper, conn.stop).await;
+    serve_with_hyper(conn.stream, prefix, conn.peer, conn.state, hyper, conn.stop).await;
 }
