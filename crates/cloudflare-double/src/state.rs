@@ -399,7 +399,7 @@ impl World {
     ) -> Result<String, ControlError> {
         let t = self.tunnel_mut(account_id, tunnel_id)?;
         let mut secret = vec![0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        rand::Rng::fill_bytes(&mut rand::rng(), &mut secret);
         t.secret = secret;
         self.tunnel_token(account_id, tunnel_id)
     }

@@ -111,7 +111,7 @@ impl ApiServer {
         self.process.is_some()
     }
 
-    /// Starts the process (no wait; see [`ApiServer::wait_ready`]).
+    /// Starts the process (no wait; see [`wait_ready`]).
     pub fn start(&mut self) -> Result<(), Error> {
         if self.process.is_none() {
             crate::process::ensure_port_free(self.port)?;

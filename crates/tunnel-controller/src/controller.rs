@@ -451,7 +451,7 @@ const AUTH_TOKEN_KEY: &str = crate::api::DEFAULT_AUTH_TOKEN_KEY;
 
 /// 32 random bytes, hex.
 pub fn random_token() -> String {
-    use rand::RngCore;
+    use rand::Rng;
     let mut b = [0u8; 32];
     rand::rng().fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()

@@ -916,7 +916,7 @@ fn weighted_choice_maps_rolls_onto_cumulative_weights() {
 
 #[test]
 fn weighted_choice_distribution_within_tolerance() {
-    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use rand::{RngExt, SeedableRng, rngs::StdRng};
     let weights = [10u32, 30, 60, 0];
     let w = WeightedChoice::new(weights).unwrap();
     let mut rng = StdRng::seed_from_u64(7);

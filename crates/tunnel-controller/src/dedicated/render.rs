@@ -34,7 +34,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use rand::RngCore;
+use rand::Rng;
 
 use crate::api::{
     Autoscaling, DEFAULT_AUTH_TOKEN_KEY, DEFAULT_AUTOSCALING_METRIC, DEFAULT_REPLICAS,
