@@ -144,11 +144,13 @@ fuzz_target!(|data: &[u8]| {
                         let out_keys: BTreeSet<&str> = output.keys().map(String::as_str).collect();
                         assert_eq!(keys, out_keys, "{shown:?} -> {value}");
                     }
-                    if apply {
-                        // Sent as YAML: it reads back (by this proxy's YAML reader) as the JSON.
+                    // Sent as YAML: it reads back (by this proxy's YAML reader) as the JSON. Not
+                    // when a key is over YAML's 1024-character limit for implicit keys, which
+                    // the API server's YAML reader (libyaml's) enforces as well.
+                    if apply && longest_key(&value) <= 1024 {
                         let yaml: Value = serde_saphyr::from_slice(&out)
                             .unwrap_or_else(|e| panic!("{shown:?} -> {value}: not YAML: {e}"));
-                        assert!(is_owned_object(&yaml, &owner), "{shown:?} -> {value}");
+                        assert!(same(&yaml, &value), "{shown:?} -> {value}, as YAML {yaml}");
                     }
                 }
             }
@@ -168,4 +170,41 @@ fn stored_objects() -> [Value; 4] {
         json!({"kind": "Widget"}),
         json!({"kind": "Widget", "metadata": {"name": "w", "labels": "x"}}),
     ]
+}
+
+/// The longest object key in `value`, as JSON writes it (quotes and escapes included).
+fn longest_key(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                serde_json::to_string(k)
+                    .map_or(0, |k| k.len())
+                    .max(longest_key(v))
+            })
+            .max()
+            .unwrap_or(0),
+        Value::Array(items) => items.iter().map(longest_key).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Equal documents; numbers equal as values, floats to the last bit but one (serde_json reads
+/// floats fast, not always correctly rounded).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y
+                || x.as_f64().zip(y.as_f64()).is_some_and(|(x, y)| {
+                    (x - y).abs() <= 2.0 * f64::EPSILON * x.abs().max(y.abs())
+                })
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
 }
