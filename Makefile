@@ -5,7 +5,7 @@ STATE_DIR ?= .state/demo
 # The demo and the binaries it starts (found next to it in target/debug).
 DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunnel-proxy -p tunnel-controller -p demo
 
-.PHONY: demo demo-check test lint control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
+.PHONY: demo demo-check test lint fuzz-smoke fuzz control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -19,13 +19,23 @@ demo-check: control-plane
 	$(CARGO) build --quiet $(DEMO_PACKAGES)
 	./target/debug/demo --state-dir $(STATE_DIR) --check
 
-## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters.
+## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters,
+## then a short run of every fuzz target.
 test: lint control-plane
 	$(CARGO) test --workspace --locked
+	$(MAKE) --no-print-directory fuzz-smoke
 
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## fuzz-smoke: every fuzz target (fuzz/) for FUZZ_SMOKE_SECONDS (default 12) each; fuzz: for
+## FUZZ_SECONDS (default 300) each. Installs cargo-fuzz once. See docs/development.md, "Fuzzing".
+fuzz-smoke:
+	bash scripts/fuzz.sh smoke
+
+fuzz:
+	bash scripts/fuzz.sh long
 
 ## control-plane: build (once, cached by version) kube-apiserver, kube-controller-manager, kubectl, etcd.
 control-plane:

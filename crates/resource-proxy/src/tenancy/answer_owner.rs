@@ -425,9 +425,10 @@ fn special_offset(b: &[u8]) -> Option<usize> {
         .map(|i| at + i)
 }
 
-#[cfg(test)]
-mod reference {
-    //! The serde model the scanner replaced: the oracle of the differential tests.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod reference {
+    //! The serde model the scanner replaced: the oracle of the differential tests and of the
+    //! `answer_owner` fuzz target (`fuzz/`, through the `fuzzing` feature).
     use std::fmt;
 
     use crate::tenancy::labels::{OWNER_PROJECT_LABEL, OWNER_VCLUSTER_LABEL, OwnerLabels};
