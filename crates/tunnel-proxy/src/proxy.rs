@@ -133,7 +133,7 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// connection to finish (HTTP/1.1 closes after the response in flight, HTTP/2 sends GOAWAY)
 /// and returns once all of them have.
 ///
-/// Each connection starts on the HTTP/1.1 fast path ([`crate::h1`]); hyper takes over a
+/// Each connection starts on the HTTP/1.1 fast path (the `h1` module); hyper takes over a
 /// connection at the first request the fast path does not handle itself (HTTP/2, upgrades,
 /// streamed or chunked request bodies, backends over HTTP/2, mirrors, malformed requests).
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {

@@ -192,7 +192,7 @@ async fn reap_every_interval(client: Weak<H1Client>) {
 }
 
 /// Idle HTTP/1.1 connections to one endpoint, most recently used last: hyper's (upgrades,
-/// mirrors) and the fast path's own (see [`crate::h1`]).
+/// mirrors) and the fast path's own (see the `h1` module).
 pub struct EndpointPool {
     dial: Uri,
     connector: BackendConnector,
