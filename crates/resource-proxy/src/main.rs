@@ -277,26 +277,28 @@ async fn check_identity(target: &TargetClient, expected: &str) {
         .expect("valid request");
     let answer = async {
         use http_body_util::BodyExt;
-        let resp = target.send(req).await.map_err(|e| e.to_string())?;
+        let resp = target.send(req).await?;
         let status = resp.status();
         let body = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(anyhow::Error::msg)?
             .to_bytes();
         if !status.is_success() {
-            return Err(format!(
+            anyhow::bail!(
                 "the target answered {status}: {}",
                 String::from_utf8_lossy(&body)
-            ));
+            );
         }
-        let review: SelfSubjectReview = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        Ok(review
-            .status
-            .and_then(|s| s.user_info)
-            .and_then(|u| u.username)
-            .unwrap_or_default())
+        let review: SelfSubjectReview = serde_json::from_slice(&body)?;
+        anyhow::Ok(
+            review
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .unwrap_or_default(),
+        )
     };
     match answer.await {
         Ok(user) if user == expected => {

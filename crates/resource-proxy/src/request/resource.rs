@@ -49,6 +49,7 @@ pub(super) async fn resource_request(
     }
 }
 
+/// The steps in order; the first that answers ends the request.
 async fn steps(
     ctx: &ListenerContext,
     info: &RequestInfo,
@@ -76,6 +77,7 @@ async fn steps(
     Ok(send_on(ctx, info, parts, query, body, content_type, verb).await)
 }
 
+/// A method the API server does not serve for the resource: 405.
 fn refuse_unsupported(ctx: &ListenerContext, info: &RequestInfo, verb: &str) -> Step<()> {
     if let Verb::Unsupported(method) = &info.verb {
         return Err(Outcome::status(

@@ -18,6 +18,8 @@ use crate::api::status::Status;
 use crate::listen::caller_auth::PeerChain;
 use crate::metrics::GroupVersionReasonLabels;
 
+/// Answers one request of the listener; `peer` is the client certificate chain of the
+/// connection.
 pub(super) async fn route(
     ctx: &ListenerContext,
     peer: Option<&PeerChain>,
@@ -116,6 +118,7 @@ pub(super) async fn route(
     }
 }
 
+/// The group/version's resource list (RP-13), counted and logged when it was served locally.
 async fn resource_list(ctx: &ListenerContext) -> (Bytes, Source) {
     let (list, source, why) = ctx.discovery.resource_list(&ctx.target).await;
     if let Some(why) = why {
