@@ -150,7 +150,7 @@ struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some((slot, sender)) = self.h1.take() {
-            *slot.lock().expect("connection lock") = Some(sender);
+            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
         }
         self.conn.streams.fetch_sub(1, Ordering::AcqRel);
     }
