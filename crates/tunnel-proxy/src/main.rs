@@ -205,3 +205,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_request_head_takes_bytes_or_kib_or_mib_and_at_least_8_kib() {
+        assert_eq!(size("65536"), Ok(65536));
+        assert_eq!(size("64KiB"), Ok(65536));
+        assert_eq!(size("1MiB"), Ok(1024 * 1024));
+        for bad in [
+            "4KiB",
+            "8191",
+            "",
+            "KiB",
+            "64 KiB",
+            "64kb",
+            "-1",
+            "99999999999999999999",
+        ] {
+            assert!(size(bad).is_err(), "{bad:?} was accepted");
+        }
+        let args = Args::parse_from(["tunnel-proxy"]);
+        assert_eq!(
+            args.max_request_head,
+            tunnel_proxy::state::DEFAULT_MAX_REQUEST_HEAD
+        );
+    }
+}
