@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use tunnel_config::compile::parse_duration;
 use tunnel_proxy::admin::{self, AdminOptions};
 use tunnel_proxy::proxy;
-use tunnel_proxy::state::State;
+use tunnel_proxy::state::{MIN_MAX_REQUEST_HEAD, State};
 
 /// L7 data plane of the tunnel gateway.
 #[derive(Debug, Parser)]
@@ -59,6 +59,10 @@ struct Args {
     /// After the grace period, wait at most this long for in-flight requests.
     #[arg(long, env = "PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration)]
     drain_timeout: Duration,
+    /// Largest client request head (request line and header fields; HTTP/2: header list), in
+    /// bytes or with a `KiB`/`MiB` suffix; larger ones are answered with 431.
+    #[arg(long, env = "PROXY_MAX_REQUEST_HEAD", default_value = "64KiB", value_parser = size)]
+    max_request_head: usize,
     #[arg(long, env = "PROXY_LOG_FORMAT", default_value = "json")]
     log_format: LogFormat,
 }
@@ -71,6 +75,25 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration like 30s, 1m, 500ms"))
+}
+
+/// A byte count: digits, optionally followed by `KiB` or `MiB`; at least
+/// [`MIN_MAX_REQUEST_HEAD`].
+fn size(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match (s.strip_suffix("KiB"), s.strip_suffix("MiB")) {
+        (Some(d), _) => (d, 1024),
+        (_, Some(d)) => (d, 1024 * 1024),
+        _ => (s, 1),
+    };
+    let n = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("`{s}` is not a size like 65536, 64KiB, 1MiB"))?;
+    if n < MIN_MAX_REQUEST_HEAD {
+        return Err(format!("`{s}` is less than {MIN_MAX_REQUEST_HEAD} bytes"));
+    }
+    Ok(n)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -119,7 +142,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Before anything is announced, so an early SIGTERM is a drain and not a kill.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let state = Arc::new(State::new());
+    let state = Arc::new(State::new().with_max_request_head(args.max_request_head));
     let router = admin::router(
         state.clone(),
         AdminOptions {
@@ -181,4 +204,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         () = drain_limit => warn!("drain timeout reached with requests in flight; exiting"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_request_head_takes_bytes_or_kib_or_mib_and_at_least_8_kib() {
+        assert_eq!(size("65536"), Ok(65536));
+        assert_eq!(size("64KiB"), Ok(65536));
+        assert_eq!(size("1MiB"), Ok(1024 * 1024));
+        for bad in [
+            "4KiB",
+            "8191",
+            "",
+            "KiB",
+            "64 KiB",
+            "64kb",
+            "-1",
+            "99999999999999999999",
+        ] {
+            assert!(size(bad).is_err(), "{bad:?} was accepted");
+        }
+        let args = Args::parse_from(["tunnel-proxy"]);
+        assert_eq!(
+            args.max_request_head,
+            tunnel_proxy::state::DEFAULT_MAX_REQUEST_HEAD
+        );
+    }
 }

@@ -23,6 +23,12 @@ pub enum ApplyError {
     Stale { loaded: u64, pushed: u64 },
 }
 
+/// The default of `--max-request-head`: bytes of a client's request head (request line and
+/// header fields; on HTTP/2 the header list as `SETTINGS_MAX_HEADER_LIST_SIZE` counts it).
+pub const DEFAULT_MAX_REQUEST_HEAD: usize = 64 * 1024;
+/// The least `--max-request-head` may be (hyper's smallest HTTP/1 read buffer).
+pub const MIN_MAX_REQUEST_HEAD: usize = 8 * 1024;
+
 /// Shared by every connection and the admin API.
 pub struct State {
     table: ArcSwapOption<RouteTable>,
@@ -33,6 +39,7 @@ pub struct State {
     /// upstream clients across pushes.
     clients: Mutex<ClientCache>,
     draining: AtomicBool,
+    max_request_head: usize,
 }
 
 impl Default for State {
@@ -52,7 +59,21 @@ impl State {
             registry,
             clients: Mutex::new(ClientCache::default()),
             draining: AtomicBool::new(false),
+            max_request_head: DEFAULT_MAX_REQUEST_HEAD,
         }
+    }
+
+    /// The same, with request heads bounded at `max` bytes (at least
+    /// [`MIN_MAX_REQUEST_HEAD`]; smaller values are raised to it). Larger heads are answered
+    /// with 431 before any byte reaches a backend.
+    pub fn with_max_request_head(mut self, max: usize) -> Self {
+        self.max_request_head = max.max(MIN_MAX_REQUEST_HEAD);
+        self
+    }
+
+    /// How many bytes a client's request head may have.
+    pub fn max_request_head(&self) -> usize {
+        self.max_request_head
     }
 
     /// Parses, validates and compiles `body` completely, then swaps it in unless a newer

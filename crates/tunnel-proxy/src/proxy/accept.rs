@@ -21,7 +21,7 @@ use crate::state::State;
 /// connection at the first request the fast path does not handle itself (HTTP/2, upgrades,
 /// streamed or chunked request bodies, backends over HTTP/2, mirrors, malformed requests).
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) {
-    let hyper = Arc::new(service::hyper_server());
+    let hyper = Arc::new(service::hyper_server(state.max_request_head()));
     let (live_tx, live) = watch::channel(());
     let stop = Arc::new(Stop::new(live));
     tokio::pin!(shutdown);

@@ -79,6 +79,18 @@ pub(crate) fn bad_request(why: &'static str) -> Local {
     answer
 }
 
+/// 431 and close: the request head is longer than `--max-request-head`.
+pub(crate) fn head_too_large() -> Local {
+    let mut answer = local(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "request head too large\n",
+    );
+    answer
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
+}
+
 pub(crate) fn local(status: StatusCode, body: &'static str) -> Local {
     let mut headers = HeaderMap::new();
     if !body.is_empty() {

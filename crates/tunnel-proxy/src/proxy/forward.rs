@@ -9,12 +9,24 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tracing::{debug, warn};
 
-use super::answer::{backend_failure, classify, error_chain, local};
+use super::answer::{backend_failure, bad_request, classify, error_chain, local};
 use super::headers::{prepare_request_headers, strip_hop_by_hop, upstream_target};
 use super::mirror::{self, Tee};
 use super::route::Routed;
 use crate::metrics::{BackendErrorReason, HostMetrics};
 use crate::upstream::{BoxError, ProxyBody};
+
+/// The client's request body failed while it was being forwarded (invalid chunked framing,
+/// a connection or stream that ended early). Marks the error so that the failed exchange is
+/// answered 400 and not counted as the backend's.
+#[derive(Debug, thiserror::Error)]
+#[error("the client's request body failed")]
+struct ClientBodyError(#[source] hyper::Error);
+
+/// Whether `e` (or an error it was caused by) is a [`ClientBodyError`].
+fn client_body_failed(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |e| e.source()).any(|e| e.is::<ClientBodyError>())
+}
 
 /// The hyper path's exchange with a backend.
 pub(crate) struct Forward<'a> {
@@ -49,7 +61,7 @@ impl Forward<'_> {
         else {
             return local(StatusCode::BAD_REQUEST, "invalid request target\n").into_response();
         };
-        let body = body.map_err(BoxError::from);
+        let body = body.map_err(|e| BoxError::from(ClientBodyError(e)));
         let body: ProxyBody = if self.routed.rule.mirrors.is_empty() {
             body.boxed_unsync()
         } else {
@@ -98,6 +110,12 @@ impl Forward<'_> {
         };
         let mut resp = match result {
             Ok(resp) => resp,
+            Err(e) if client_body_failed(&e) => {
+                // The client's mistake (or departure), not the backend's: no backend error.
+                debug!(route = %self.routed.rule.route, error = %error_chain(&e),
+                    "the client's request body failed; answering 400");
+                return bad_request("invalid request body\n").into_response();
+            }
             Err(e) => {
                 let reason = classify(&e);
                 warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,

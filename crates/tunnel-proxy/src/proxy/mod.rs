@@ -2,8 +2,10 @@
 //! forwards it, streaming, to a backend.
 //!
 //! Status codes the proxy produces itself: 400 for requests it refuses to interpret (no or
-//! conflicting host, `Content-Length` with `Transfer-Encoding`), 404 when no route matches
-//! (gRPC: 200 with `grpc-status: 12`), 500 for rules with nothing to forward to, the rule's or
+//! conflicting host, `Content-Length` with `Transfer-Encoding`, a request body that failed,
+//! such as invalid chunked framing), 431 for request heads over `--max-request-head`, 404
+//! when no route matches (gRPC: 200 with `grpc-status: 12`), 500 for rules with nothing to
+//! forward to, the rule's or
 //! backend's configured failure status, 503 when no connection to the chosen endpoint could be
 //! made, 502 when the TLS handshake failed or the backend broke the exchange, 504 when the
 //! response headers did not arrive within the request/backend timeout.

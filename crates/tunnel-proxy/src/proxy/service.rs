@@ -6,11 +6,11 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, Version};
+use http::{Request, Response, StatusCode, Version};
 use http1_wire::GuardedBody;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -19,12 +19,12 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::answer::{Completion, bad_request};
+use super::answer::{Completion, bad_request, head_too_large};
 use super::conn::{HEADER_READ_TIMEOUT, StopHandle, peer_ip};
 use super::forward::Forward;
 use super::rewind::Rewind;
 use super::route::{Decision, decide};
-use super::smuggling::Sniffed;
+use super::smuggling::{Flags, Sniffed};
 use crate::state::State;
 use crate::upstream::ProxyBody;
 
@@ -35,22 +35,28 @@ struct ConnCtx {
     /// The peer address as an `X-Forwarded-For` element, formatted once per connection.
     peer_ip: HeaderValue,
     /// Raised by the connection's [`Sniffed`] scanner.
-    conflicting_length: Arc<AtomicBool>,
+    flags: Arc<Flags>,
 }
 
 /// hyper's server for what the HTTP/1.1 fast path leaves to it.
 pub(crate) type HyperServer = auto::Builder<TokioExecutor>;
 
-pub(crate) fn hyper_server() -> HyperServer {
+/// hyper's server, with request heads bounded at `max_head` bytes: over HTTP/1.1 hyper
+/// answers 431 when its read buffer holds that much of an unfinished head; over HTTP/2 the
+/// limit is the advertised `SETTINGS_MAX_HEADER_LIST_SIZE`, and `h2` answers 431 (then resets
+/// the stream) to a header list beyond it.
+pub(crate) fn hyper_server(max_head: usize) -> HyperServer {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(max_head);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .adaptive_window(true);
+        .adaptive_window(true)
+        .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX));
     builder
 }
 
@@ -64,16 +70,18 @@ pub(crate) async fn serve_with_hyper(
     hyper: &HyperServer,
     stop: StopHandle,
 ) {
-    let conflicting_length = Arc::new(AtomicBool::new(false));
+    let flags = Arc::new(Flags::default());
     let io = TokioIo::new(Sniffed::new(
         Rewind::new(prefix, stream),
-        conflicting_length.clone(),
+        flags.clone(),
+        state.max_request_head(),
     ));
+    let metrics_state = state.clone();
     let ctx = Arc::new(ConnCtx {
         state,
         peer,
         peer_ip: peer_ip(peer),
-        conflicting_length,
+        flags,
     });
     let service = service_fn(move |req| handle(ctx.clone(), req));
     let conn = hyper.serve_connection_with_upgrades(io, service);
@@ -89,6 +97,10 @@ pub(crate) async fn serve_with_hyper(
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
                     debug!(%peer, error = %e, "connection ended with an error");
+                    // hyper answered 431 (or 414) itself; the handler never saw the request.
+                    if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large) {
+                        metrics_state.metrics().unmatched().response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                    }
                 }
                 return;
             }
@@ -108,8 +120,11 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Tracked>, Infallible> {
     let mut done = Completion::begin(&ctx.state, ctx.state.metrics().unmatched().clone());
-    let resp = if ctx.conflicting_length.load(Ordering::Relaxed) && req.version() != Version::HTTP_2
-    {
+    let http1 = req.version() != Version::HTTP_2;
+    let resp = if http1 && ctx.flags.head_too_large.load(Ordering::Relaxed) {
+        debug!(peer = %ctx.peer, "refused request with a head over the limit");
+        head_too_large().into_response()
+    } else if http1 && ctx.flags.conflicting_length.load(Ordering::Relaxed) {
         debug!(peer = %ctx.peer, "refused request with both Content-Length and Transfer-Encoding");
         bad_request("both Content-Length and Transfer-Encoding").into_response()
     } else {

@@ -1,5 +1,5 @@
 //! Detection of HTTP/1 request heads that carry both `Content-Length` and
-//! `Transfer-Encoding`.
+//! `Transfer-Encoding`, or that are longer than `--max-request-head`.
 //!
 //! hyper resolves that conflict itself (Transfer-Encoding wins, Content-Length is dropped from
 //! the header map, the connection closes afterwards), so the handler cannot see it. The
@@ -8,6 +8,11 @@
 //! chunked bodies) and raises a per-connection flag when a head has both headers. Because hyper
 //! closes the connection after such a request, the flag never needs resetting. HTTP/2
 //! connections (prior-knowledge preface) are not scanned.
+//!
+//! The same scanner measures each head: hyper's own bound (its read buffer) lets a head
+//! somewhat longer than the limit through when one read brings all of it, so a second flag
+//! marks a head over the limit, and the request is answered 431 (the answer closes the
+//! connection, so this flag never needs resetting either).
 //!
 //! The fields are read and the framing decided by [`http1_wire`]'s rules, chunked bodies
 //! followed by its decoder; what is here is the line scanning over reads.
@@ -52,6 +57,15 @@ impl Scan {
     };
 }
 
+/// What the scanner found on one connection.
+#[derive(Debug, Default)]
+pub struct Flags {
+    /// A head had both `Content-Length` and `Transfer-Encoding`.
+    pub conflicting_length: AtomicBool,
+    /// A head was longer than the limit.
+    pub head_too_large: AtomicBool,
+}
+
 /// The scanner state of one connection.
 ///
 /// It works on whole slices: body bytes are skipped by count, head lines are found with
@@ -66,17 +80,30 @@ pub struct Scanner {
     carrying: bool,
     /// The first line of the connection is still to be read (HTTP/2 preface detection).
     conn_first_line: bool,
-    flag: Arc<AtomicBool>,
+    /// Bytes of the current head so far, and how many it may have.
+    head_len: usize,
+    max_head: usize,
+    flags: Arc<Flags>,
 }
 
 impl Scanner {
-    pub fn new(flag: Arc<AtomicBool>) -> Self {
+    pub fn new(flags: Arc<Flags>, max_head: usize) -> Self {
         Self {
             state: Scan::HEAD,
             carry: Vec::new(),
             carrying: false,
             conn_first_line: true,
-            flag,
+            head_len: 0,
+            max_head,
+            flags,
+        }
+    }
+
+    /// Counts `n` more bytes of the current head.
+    fn count(&mut self, n: usize) {
+        self.head_len = self.head_len.saturating_add(n);
+        if self.head_len > self.max_head {
+            self.flags.head_too_large.store(true, Ordering::Relaxed);
         }
     }
 
@@ -102,9 +129,11 @@ impl Scanner {
                 },
                 Scan::Head { .. } => {
                     let Some(nl) = memchr::memchr(b'\n', data) else {
+                        self.count(data.len());
                         self.keep(data);
                         return;
                     };
+                    self.count(nl + 1);
                     let (line, rest) = (&data[..nl], &data[nl + 1..]);
                     data = rest;
                     if self.carrying {
@@ -139,12 +168,14 @@ impl Scanner {
             return;
         }
         if text.is_empty() {
+            // A head ends, or (blank lines before a request line) none started.
+            self.head_len = 0;
             if *first_line {
                 // blank lines before a request line are tolerated by hyper
                 return;
             }
             if http1_wire::request_framing(fields) == Err(FramingError::LengthAndEncoding) {
-                self.flag.store(true, Ordering::Relaxed);
+                self.flags.conflicting_length.store(true, Ordering::Relaxed);
             }
             // The body as hyper reads it: chunked when that is the final coding, else the
             // length (none when it is invalid: hyper refuses the request and closes).
@@ -182,10 +213,11 @@ pin_project_lite::pin_project! {
 }
 
 impl<T> Sniffed<T> {
-    pub fn new(inner: T, flag: Arc<AtomicBool>) -> Self {
+    /// `inner` scanned for heads with conflicting framing and heads over `max_head` bytes.
+    pub fn new(inner: T, flags: Arc<Flags>, max_head: usize) -> Self {
         Self {
             inner,
-            scanner: Scanner::new(flag),
+            scanner: Scanner::new(flags, max_head),
         }
     }
 }
@@ -240,14 +272,52 @@ impl<T: AsyncWrite> AsyncWrite for Sniffed<T> {
 mod tests {
     use super::*;
 
-    /// Feeds `input` in pieces of `step` bytes; returns whether the flag was raised.
-    fn scan(input: &[u8], step: usize) -> bool {
-        let flag = Arc::new(AtomicBool::new(false));
-        let mut s = Scanner::new(flag.clone());
+    /// Feeds `input` in pieces of `step` bytes to a scanner whose heads may have `max_head`
+    /// bytes; returns the flags.
+    fn flags(input: &[u8], step: usize, max_head: usize) -> Arc<Flags> {
+        let flags = Arc::new(Flags::default());
+        let mut s = Scanner::new(flags.clone(), max_head);
         for chunk in input.chunks(step) {
             s.feed(chunk);
         }
-        flag.load(Ordering::Relaxed)
+        flags
+    }
+
+    /// Whether the conflicting-length flag was raised.
+    fn scan(input: &[u8], step: usize) -> bool {
+        flags(input, step, usize::MAX)
+            .conflicting_length
+            .load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn flags_a_head_longer_than_the_limit_and_only_the_head_counts() {
+        let head = |pad: usize| format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "p".repeat(pad));
+        let max = head(0).len() + 100;
+        let rows: [(String, bool); 5] = [
+            (head(100), false),
+            (head(101), true),
+            // an incomplete head over the limit
+            (head(200)[..max + 1].to_owned(), true),
+            // bodies and several heads at the limit are not one long head
+            (
+                format!(
+                    "POST / HTTP/1.1\r\nContent-Length: {m}\r\n\r\n{}",
+                    "b".repeat(max * 2),
+                    m = max * 2
+                ),
+                false,
+            ),
+            (format!("{}{}\r\n", head(100), head(100)), false),
+        ];
+        for (input, want) in rows {
+            for step in [1, 7, input.len()] {
+                let got = flags(input.as_bytes(), step, max)
+                    .head_too_large
+                    .load(Ordering::Relaxed);
+                assert_eq!(got, want, "{input:?} in steps of {step}");
+            }
+        }
     }
 
     #[test]

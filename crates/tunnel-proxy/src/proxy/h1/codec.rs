@@ -10,12 +10,8 @@ use http::{Method, StatusCode, Uri, Version};
 pub use http1_wire::Framing;
 use http1_wire::{ContentLength, Field, FramingError, HeadError, Limits, ResponseFraming};
 
-/// Request heads longer than 16 KiB are left to hyper (whose limit is higher); header fields
-/// per message as hyper's default.
-const REQUEST_LIMITS: Limits = Limits {
-    max_head: 16 * 1024,
-    max_fields: 100,
-};
+/// Header fields per request, as hyper's default (more are left to hyper, which answers 431).
+const MAX_REQUEST_FIELDS: usize = 100;
 /// Response heads longer than this are a broken backend.
 const RESPONSE_LIMITS: Limits = Limits {
     max_head: 64 * 1024,
@@ -39,6 +35,9 @@ pub struct Scratch {
 pub enum RequestHead {
     /// Not a complete head yet.
     Partial,
+    /// The head is longer than the limit (complete or not): answered with 431, never
+    /// forwarded.
+    TooLarge,
     /// Not for the fast path: hyper takes the connection from this request on and answers
     /// it (including its error responses for malformed requests). The reason is for logs.
     Declined(&'static str),
@@ -57,13 +56,17 @@ pub struct Request {
     pub close: bool,
 }
 
-/// Parses the request head at the start of `buf`. On `Complete` the head's bytes are split
-/// off `buf`.
-pub fn parse_request(buf: &mut BytesMut, scratch: &mut Scratch) -> RequestHead {
-    let head = match http1_wire::parse_request_head(buf, REQUEST_LIMITS, &mut scratch.fields) {
+/// Parses the request head at the start of `buf`, of at most `max_head` bytes. On `Complete`
+/// the head's bytes are split off `buf`.
+pub fn parse_request(buf: &mut BytesMut, max_head: usize, scratch: &mut Scratch) -> RequestHead {
+    let limits = Limits {
+        max_head,
+        max_fields: MAX_REQUEST_FIELDS,
+    };
+    let head = match http1_wire::parse_request_head(buf, limits, &mut scratch.fields) {
         Ok(Some(head)) => head,
         Ok(None) => return RequestHead::Partial,
-        Err(HeadError::TooLarge { .. }) => return RequestHead::Declined("long request head"),
+        Err(HeadError::TooLarge { .. }) => return RequestHead::TooLarge,
         Err(_) => return RequestHead::Declined("malformed head"),
     };
     if head.minor_version != 1 {

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
@@ -15,13 +16,17 @@ use tunnel_config::config::BackendProtocol;
 
 use super::codec::{self, RequestHead};
 use super::exchange::{self, Buffers};
-use crate::proxy::answer::Completion;
+use crate::proxy::answer::{Completion, head_too_large};
 use crate::proxy::conn::{HEADER_READ_TIMEOUT, StopHandle, peer_ip};
 use crate::proxy::route::{Decision, decide};
 use crate::proxy::service::{HyperServer, serve_with_hyper};
 use crate::state::State;
 
 const READ_CHUNK: usize = 8 * 1024;
+/// How long, and how many bytes at most, the input of a connection closed after a refused
+/// head is read and dropped.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1024 * 1024;
 
 /// What one connection keeps between requests.
 struct Conn {
@@ -61,8 +66,13 @@ pub(crate) async fn serve_connection(
     loop {
         let deadline = Instant::now() + HEADER_READ_TIMEOUT;
         let req = loop {
-            match codec::parse_request(&mut conn.input, &mut conn.bufs.scratch) {
+            let max_head = conn.state.max_request_head();
+            match codec::parse_request(&mut conn.input, max_head, &mut conn.bufs.scratch) {
                 RequestHead::Complete(req) => break req,
+                RequestHead::TooLarge => {
+                    debug!(peer = %conn.peer, max_head, "request head too large; answering 431");
+                    return refuse_large_head(conn).await;
+                }
                 RequestHead::Declined(why) => {
                     debug!(peer = %conn.peer, why, "hyper takes over the connection");
                     return hand_over(conn, Bytes::new(), &hyper).await;
@@ -149,6 +159,30 @@ pub(crate) async fn serve_connection(
             return;
         }
     }
+}
+
+/// Answers 431 to a head over the limit (counted for no route: the head was not read) and
+/// closes. The rest of the head is read and dropped for a while first: closing a socket with
+/// unread input resets the connection, and the client might lose the answer.
+async fn refuse_large_head(mut conn: Conn) {
+    let done = Completion::begin(&conn.state, conn.state.metrics().unmatched().clone());
+    let answer = head_too_large();
+    // Whether it was written or not, the connection closes.
+    exchange::write_local(&mut conn.stream, &mut conn.bufs.out, answer, true, done).await;
+    if conn.stream.shutdown().await.is_err() {
+        return;
+    }
+    let drain = async {
+        let mut sink = [0u8; READ_CHUNK];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match conn.stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 /// Reads the rest of a `len`-byte request body. `None` when the client went away.

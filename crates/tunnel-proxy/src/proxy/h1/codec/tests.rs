@@ -1,5 +1,7 @@
 use super::*;
 
+const LIMIT: usize = 64 * 1024;
+
 fn buf(s: &[u8]) -> BytesMut {
     BytesMut::from(s)
 }
@@ -15,7 +17,7 @@ fn complete(r: RequestHead) -> Request {
 fn a_request_head_is_parsed_and_split_off_leaving_pipelined_bytes() {
     let mut b =
         buf(b"GET /a/b?x=1 HTTP/1.1\r\nHost: Example.com\r\nX-Two: 1\r\nx-two: 2\r\n\r\nGET /next");
-    let req = complete(parse_request(&mut b, &mut Scratch::default()));
+    let req = complete(parse_request(&mut b, LIMIT, &mut Scratch::default()));
     assert_eq!(req.parts.method, Method::GET);
     assert_eq!(req.parts.uri, "/a/b?x=1");
     assert_eq!(req.parts.version, Version::HTTP_11);
@@ -27,7 +29,7 @@ fn a_request_head_is_parsed_and_split_off_leaving_pipelined_bytes() {
     assert!(req.head.starts_with(b"GET /a/b?x=1") && req.head.ends_with(b"\r\n\r\n"));
     assert_eq!(&b[..], b"GET /next");
     assert!(matches!(
-        parse_request(&mut b, &mut Scratch::default()),
+        parse_request(&mut b, LIMIT, &mut Scratch::default()),
         RequestHead::Partial
     ));
 }
@@ -35,7 +37,7 @@ fn a_request_head_is_parsed_and_split_off_leaving_pipelined_bytes() {
 #[test]
 fn content_length_and_connection_close_are_read() {
     let mut b = buf(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nConnection: keep-alive, Close\r\n\r\nhello");
-    let req = complete(parse_request(&mut b, &mut Scratch::default()));
+    let req = complete(parse_request(&mut b, LIMIT, &mut Scratch::default()));
     assert_eq!(req.content_length, Some(5));
     assert!(req.close);
     assert_eq!(&b[..], b"hello");
@@ -62,7 +64,7 @@ fn what_the_fast_path_does_not_handle_is_declined_and_left_in_the_buffer() {
     ];
     for &case in cases {
         let mut b = buf(case);
-        let got = parse_request(&mut b, &mut Scratch::default());
+        let got = parse_request(&mut b, LIMIT, &mut Scratch::default());
         assert!(
             matches!(got, RequestHead::Declined(_)),
             "{:?} -> {got:?}",
@@ -73,10 +75,34 @@ fn what_the_fast_path_does_not_handle_is_declined_and_left_in_the_buffer() {
 }
 
 #[test]
+fn a_head_over_the_limit_is_too_large_whether_complete_or_not() {
+    let line = format!("X-Big: {}\r\n", "a".repeat(LIMIT));
+    let whole = format!("GET / HTTP/1.1\r\nHost: a\r\n{line}\r\n");
+    let partial = format!("GET / HTTP/1.1\r\nHost: a\r\n{line}");
+    for case in [whole, partial] {
+        let got = parse_request(&mut buf(case.as_bytes()), LIMIT, &mut Scratch::default());
+        assert!(matches!(got, RequestHead::TooLarge), "{got:?}");
+    }
+    // exactly the limit is accepted
+    let head = "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: \r\n\r\n";
+    let exact = head.replace(
+        "X-Pad: ",
+        &format!("X-Pad: {}", "p".repeat(LIMIT - head.len())),
+    );
+    assert_eq!(exact.len(), LIMIT);
+    complete(parse_request(
+        &mut buf(exact.as_bytes()),
+        LIMIT,
+        &mut Scratch::default(),
+    ));
+}
+
+#[test]
 fn a_body_up_to_the_limit_stays_on_the_fast_path() {
     let head = format!("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: {MAX_FAST_BODY}\r\n\r\n");
     let req = complete(parse_request(
         &mut buf(head.as_bytes()),
+        LIMIT,
         &mut Scratch::default(),
     ));
     assert_eq!(req.content_length, Some(MAX_FAST_BODY));
