@@ -10,6 +10,8 @@
 //!   next round recomputes from the fresh object instead of erasing theirs.
 //! - A condition turning False (or changing reason while False) publishes a Warning Event with
 //!   the condition's reason and message: everything a user must notice is in `kubectl describe`.
+//!   [`PUBLISHED`] is the exception: False while delivery is under way, it has no Event of its
+//!   own (what keeps it False for long has one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
