@@ -191,6 +191,19 @@ pub enum Action<U> {
 pub struct Backend<U> {
     pub name: Arc<str>,
     pub target: Target<U>,
+    /// When the backendRef has filters of its own: the rule as requests forwarded to this
+    /// backend see it, see [`Backend::rule`].
+    filtered: Option<Box<Rule<U>>>,
+}
+
+impl<U> Backend<U> {
+    /// The rule a request forwarded to this backend is handled with: `rule` itself, or, when the
+    /// backendRef has filters, a copy of `rule` whose filters are the rule's followed by the
+    /// backend's (header modifiers chained, URLRewrite fields the backend sets replacing the
+    /// rule's, mirrors of both). Its action is never consulted: the backend is already chosen.
+    pub fn rule<'a>(&'a self, rule: &'a Rule<U>) -> &'a Rule<U> {
+        self.filtered.as_deref().unwrap_or(rule)
+    }
 }
 
 #[derive(Debug)]
@@ -325,11 +338,14 @@ impl<B: Build> Ctx<'_, B> {
                 "ReplacePrefixMatch requires every match of the rule to be a PathPrefix match",
             ));
         }
+        let all_prefix = matchers
+            .iter()
+            .all(|m| matches!(m.path, PathMatcher::Prefix(_)));
         let rule = self.rule(
             at,
             route,
             false,
-            filters,
+            (filters, &rule.filters, all_prefix),
             &rule.backends,
             &rule.timeouts,
             rule.failure_status,
@@ -365,7 +381,7 @@ impl<B: Build> Ctx<'_, B> {
             at,
             route,
             true,
-            filters,
+            (filters, &rule.filters, true),
             &rule.backends,
             &rule.timeouts,
             rule.failure_status,
@@ -376,13 +392,15 @@ impl<B: Build> Ctx<'_, B> {
         })
     }
 
+    /// A rule from its compiled `filters`, given with the document's (compiled again for each
+    /// backend with filters of its own) and whether every match is a PathPrefix match.
     #[allow(clippy::too_many_arguments)]
     fn rule(
         &mut self,
         at: &str,
         route: &Arc<str>,
         grpc: bool,
-        filters: Filters<B::Upstream>,
+        (filters, rule_filters, all_prefix): (Filters<B::Upstream>, &[config::Filter], bool),
         backends: &[config::Backend],
         timeouts: &config::Timeouts,
         failure_status: Option<u16>,
@@ -392,11 +410,52 @@ impl<B: Build> Ctx<'_, B> {
             &format!("{at}.timeouts.backendRequest"),
             &timeouts.backend_request,
         )?;
-        let compiled_backends = backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| self.backend(&format!("{at}.backends[{i}]"), b))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut compiled_backends = Vec::with_capacity(backends.len());
+        for (i, b) in backends.iter().enumerate() {
+            let bat = format!("{at}.backends[{i}]");
+            let mut backend = self.backend(&bat, b)?;
+            if !b.filters.is_empty() {
+                let own = self.filters(&bat, &b.filters, grpc)?;
+                if own.redirect.is_some() {
+                    return Err(err(
+                        format!("{bat}.filters"),
+                        "RequestRedirect is not valid on a backendRef (a redirect forwards nothing); put it on the rule",
+                    ));
+                }
+                if !all_prefix
+                    && own
+                        .rewrite
+                        .as_ref()
+                        .is_some_and(|r| matches!(r.path, Some(PathRewrite::Prefix(_))))
+                {
+                    return Err(err(
+                        format!("{bat}.filters"),
+                        "ReplacePrefixMatch requires every match of the rule to be a PathPrefix match",
+                    ));
+                }
+                let base = self.filters(at, rule_filters, grpc)?;
+                let mut mirrors = base.mirrors;
+                mirrors.extend(own.mirrors);
+                backend.filtered = Some(Box::new(Rule {
+                    route: route.clone(),
+                    grpc,
+                    request_headers: chain(base.request_headers, own.request_headers),
+                    response_headers: chain(base.response_headers, own.response_headers),
+                    rewrite: match (base.rewrite, own.rewrite) {
+                        (Some(base), Some(own)) => Some(UrlRewrite {
+                            hostname: own.hostname.or(base.hostname),
+                            path: own.path.or(base.path),
+                        }),
+                        (base, own) => own.or(base),
+                    },
+                    mirrors,
+                    action: Action::Respond(StatusCode::INTERNAL_SERVER_ERROR),
+                    request_timeout,
+                    backend_timeout,
+                }));
+            }
+            compiled_backends.push(backend);
+        }
         let failure = failure_status
             .map(|s| status(&format!("{at}.failureStatus"), s))
             .transpose()?;
@@ -460,6 +519,7 @@ impl<B: Build> Ctx<'_, B> {
         Ok(Backend {
             name: Arc::from(b.name.as_str()),
             target,
+            filtered: None,
         })
     }
 
@@ -520,6 +580,12 @@ impl<B: Build> Ctx<'_, B> {
                     if percent > 100 {
                         return Err(err(format!("{at}.percent"), "must be between 0 and 100"));
                     }
+                    if !m.backend.filters.is_empty() {
+                        return Err(err(
+                            format!("{at}.backend.filters"),
+                            "a mirror's backend has no filters",
+                        ));
+                    }
                     out.mirrors.push(Mirror {
                         backend: self.backend(&format!("{at}.backend"), &m.backend)?,
                         percent,
@@ -534,6 +600,14 @@ impl<B: Build> Ctx<'_, B> {
             ));
         }
         Ok(out)
+    }
+}
+
+/// `first` then `second`.
+fn chain(first: Option<HeaderModifier>, second: Option<HeaderModifier>) -> Option<HeaderModifier> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(a.then(&b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -559,6 +633,7 @@ fn http_match(at: &str, m: &config::HttpMatch) -> Result<HttpMatcher, CompileErr
         .query_params
         .iter()
         .enumerate()
+        .filter(|(i, q)| first_of_its_name(&m.query_params, *i, |a| a == q.name.as_str()))
         .map(|(i, q)| {
             let at = format!("{at}.queryParams[{i}]");
             if q.name.is_empty() {
@@ -612,9 +687,24 @@ fn grpc_match(at: &str, m: &config::GrpcMatch) -> Result<GrpcMatcher, CompileErr
     })
 }
 
+/// Whether entry `i` is the first of `entries` whose name is equivalent (`same`) to its own.
+/// The specification, for header and query parameter matches alike: "If multiple entries
+/// specify equivalent ... names, only the first entry with an equivalent name MUST be
+/// considered for a match. Subsequent entries with an equivalent ... name MUST be ignored."
+/// Ignored entries are not validated either: they are not part of the match.
+fn first_of_its_name(
+    entries: &[config::ValueMatch],
+    i: usize,
+    same: impl Fn(&str) -> bool,
+) -> bool {
+    !entries[..i].iter().any(|e| same(&e.name))
+}
+
+/// Header matches; header names are equivalent when equal ignoring ASCII case.
 fn headers(at: &str, hs: &[config::ValueMatch]) -> Result<Vec<HeaderMatcher>, CompileError> {
     hs.iter()
         .enumerate()
+        .filter(|(i, h)| first_of_its_name(hs, *i, |n| n.eq_ignore_ascii_case(&h.name)))
         .map(|(i, h)| {
             let at = format!("{at}[{i}]");
             Ok(HeaderMatcher {
@@ -720,6 +810,12 @@ fn redirect(at: &str, r: &config::RequestRedirect) -> Result<Redirect, CompileEr
     if r.port == Some(0) {
         return Err(err(format!("{at}.port"), "must be between 1 and 65535"));
     }
+    if r.listener_port == Some(0) {
+        return Err(err(
+            format!("{at}.listenerPort"),
+            "must be between 1 and 65535",
+        ));
+    }
     Ok(Redirect {
         scheme: r.scheme.clone(),
         hostname: r
@@ -728,6 +824,7 @@ fn redirect(at: &str, r: &config::RequestRedirect) -> Result<Redirect, CompileEr
             .map(|h| exact_hostname(&format!("{at}.hostname"), h))
             .transpose()?,
         port: r.port,
+        listener_port: r.listener_port,
         path: r.path.as_ref().map(|p| path_modifier(at, p)).transpose()?,
         status: StatusCode::from_u16(code).map_err(|e| err(format!("{at}.statusCode"), e))?,
     })

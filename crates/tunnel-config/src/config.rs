@@ -215,6 +215,11 @@ pub struct RequestRedirect {
     pub hostname: Option<String>,
     #[serde(default)]
     pub port: Option<u16>,
+    /// The port of the Gateway listener the route is attached to (the controller fills it in):
+    /// the redirect port when neither `scheme` nor `port` is set. Absent: the port of the
+    /// request's `Host` stands in for it.
+    #[serde(default)]
+    pub listener_port: Option<u16>,
     #[serde(default)]
     pub path: Option<PathModifier>,
     /// 301, 302 (default), 303, 307 or 308.
@@ -267,6 +272,11 @@ pub struct Backend {
     /// reference, 503 for a Service without ready endpoints.
     #[serde(default)]
     pub failure_status: Option<u16>,
+    /// The backendRef's own filters: applied after the rule's, only to requests forwarded to
+    /// this backend (RequestHeaderModifier, ResponseHeaderModifier, URLRewrite, RequestMirror;
+    /// the header modifiers and RequestMirror on a GRPCRoute). Not on a mirror's backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Filter>,
 }
 
 fn default_weight() -> u32 {
@@ -344,6 +354,11 @@ impl Config {
             };
             for b in backends {
                 redact(b);
+                for f in &mut b.filters {
+                    if let Filter::RequestMirror(m) = f {
+                        redact(&mut m.backend);
+                    }
+                }
             }
             for f in filters {
                 if let Filter::RequestMirror(m) = f {

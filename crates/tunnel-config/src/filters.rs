@@ -14,6 +14,57 @@ pub struct HeaderModifier {
 }
 
 impl HeaderModifier {
+    /// One modifier that does what `self` and then `next` do (a rule's modifier followed by a
+    /// backend's), so a request or response is still changed in one pass.
+    pub fn then(&self, next: &HeaderModifier) -> HeaderModifier {
+        let mut names: Vec<&HeaderName> = Vec::new();
+        let all = self
+            .set
+            .iter()
+            .chain(&self.add)
+            .chain(&next.set)
+            .chain(&next.add);
+        for n in all.map(|(n, _)| n).chain(&self.remove).chain(&next.remove) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        let values = |pairs: &[(HeaderName, HeaderValue)], n: &HeaderName| -> Vec<HeaderValue> {
+            pairs
+                .iter()
+                .filter(|(m, _)| m == n)
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        let mut out = HeaderModifier::default();
+        for n in names {
+            let (next_set, next_add) = (values(&next.set, n), values(&next.add, n));
+            let (own_set, own_add) = (values(&self.set, n), values(&self.add, n));
+            let pairs = |vs: Vec<HeaderValue>| vs.into_iter().map(|v| (n.clone(), v));
+            if next.remove.contains(n) {
+                out.remove.push(n.clone());
+            } else if !next_set.is_empty() {
+                out.set.extend(pairs(next_set));
+                out.add.extend(pairs(next_add));
+            } else if self.remove.contains(n) {
+                // Removed first, then only `next`'s additions remain.
+                let mut adds = next_add.into_iter();
+                match adds.next() {
+                    Some(first) => {
+                        out.set.push((n.clone(), first));
+                        out.add.extend(pairs(adds.collect()));
+                    }
+                    None => out.remove.push(n.clone()),
+                }
+            } else {
+                out.set.extend(pairs(own_set));
+                out.add.extend(pairs(own_add));
+                out.add.extend(pairs(next_add));
+            }
+        }
+        out
+    }
+
     pub fn apply(&self, headers: &mut HeaderMap) {
         for (name, value) in &self.set {
             headers.insert(name.clone(), value.clone());
@@ -80,6 +131,9 @@ pub struct Redirect {
     pub scheme: Option<String>,
     pub hostname: Option<String>,
     pub port: Option<u16>,
+    /// The port of the Gateway listener the route is attached to; `None` when the document
+    /// does not say (the request's `Host` port stands in).
+    pub listener_port: Option<u16>,
     pub path: Option<PathRewrite>,
     pub status: StatusCode,
 }
@@ -91,7 +145,8 @@ pub struct RedirectInput<'a> {
     pub scheme: &'a str,
     /// Normalised host, no port.
     pub host: &'a str,
-    /// The port of the `Host` header, when it had one: stands in for the listener port.
+    /// The port of the `Host` header, when it had one: stands in for the listener port when
+    /// the document does not carry it.
     pub port: Option<u16>,
     pub path: &'a str,
     pub query: Option<&'a str>,
@@ -104,16 +159,32 @@ impl Redirect {
         matches!(code, 301 | 302 | 303 | 307 | 308)
     }
 
-    /// The `Location` value, absolute. Port rules of the specification: an explicit port wins;
-    /// a redirect that changes the scheme uses that scheme's well-known port; otherwise the
-    /// request's port. Port 80 with http and 443 with https are left out.
+    /// The `Location` value, absolute, by the rules of the `HTTPRequestRedirectFilter` field
+    /// documentation (Gateway API v1.5.1):
+    ///
+    /// - scheme: "When empty, the scheme of the request is used".
+    /// - hostname: "When empty, the hostname in the `Host` header of the request is used".
+    /// - port: an explicit `port` is used. "If no port is specified ... If redirect scheme is
+    ///   not-empty, the redirect port MUST be the well-known port associated with the redirect
+    ///   scheme ... If the redirect scheme does not have a well-known port, the listener port of
+    ///   the Gateway SHOULD be used. If redirect scheme is empty, the redirect port MUST be the
+    ///   Gateway Listener port."
+    /// - "Implementations SHOULD NOT add the port number in the 'Location' header" for HTTP
+    ///   with port 80 and HTTPS with port 443.
+    ///
+    /// Tunnel listeners are HTTP listeners; Cloudflare's edge serves their hostnames over
+    /// HTTPS on port 443 as well. A request that reached the edge over HTTPS
+    /// (`X-Forwarded-Proto: https`) came through the edge's port 443, not the HTTP listener's
+    /// port, so with neither scheme nor port set its redirect port is 443 (and left out).
     pub fn location(&self, req: &RedirectInput<'_>) -> String {
         let scheme = self.scheme.as_deref().unwrap_or(req.scheme);
         let host = self.hostname.as_deref().unwrap_or(req.host);
+        let listener_port = self.listener_port.or(req.port);
         let port = match (self.port, &self.scheme) {
             (Some(p), _) => Some(p),
-            (None, Some(s)) => well_known_port(s),
-            (None, None) => req.port,
+            (None, Some(s)) => well_known_port(s).or(listener_port),
+            (None, None) if req.scheme == "https" => well_known_port(req.scheme),
+            (None, None) => listener_port,
         };
         let path = match &self.path {
             Some(rewrite) => rewrite.apply(req.path, req.matched_prefix),
@@ -202,6 +273,63 @@ mod tests {
     }
 
     #[test]
+    fn a_chained_modifier_does_what_the_first_then_the_second_does() {
+        let n = |s: &str| HeaderName::from_bytes(s.as_bytes()).unwrap();
+        let v = |s: &str| HeaderValue::from_str(s).unwrap();
+        let m = |set: &[(&str, &str)], add: &[(&str, &str)], remove: &[&str]| HeaderModifier {
+            set: set.iter().map(|(a, b)| (n(a), v(b))).collect(),
+            add: add.iter().map(|(a, b)| (n(a), v(b))).collect(),
+            remove: remove.iter().map(|a| n(a)).collect(),
+        };
+        let modifiers = [
+            m(&[], &[], &[]),
+            m(&[("x", "s1")], &[], &[]),
+            m(&[], &[("x", "a1")], &[]),
+            m(&[], &[], &["x"]),
+            m(&[("x", "s1")], &[("x", "a1")], &[]),
+            m(&[("x", "s1")], &[("x", "a1"), ("y", "a2")], &["x"]),
+            m(&[("y", "s2")], &[("x", "a2"), ("x", "a3")], &["z"]),
+            m(&[], &[("x", "a4")], &["y"]),
+        ];
+        let requests: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("x", "r1")],
+            &[("x", "r1"), ("x", "r2"), ("y", "r3")],
+            &[("z", "r4"), ("y", "r5")],
+        ];
+        let seen = |h: &HeaderMap| -> Vec<(String, Vec<String>)> {
+            let mut keys: Vec<&HeaderName> = h.keys().collect();
+            keys.sort_by_key(|k| k.as_str());
+            keys.iter()
+                .map(|k| {
+                    let vals = h.get_all(*k).iter().map(|x| x.to_str().unwrap().to_owned());
+                    (k.as_str().to_owned(), vals.collect())
+                })
+                .collect()
+        };
+        for first in &modifiers {
+            for second in &modifiers {
+                for req in requests {
+                    let mut h = HeaderMap::new();
+                    for (a, b) in req {
+                        h.append(n(a), v(b));
+                    }
+                    let mut one_by_one = h.clone();
+                    first.apply(&mut one_by_one);
+                    second.apply(&mut one_by_one);
+                    let mut chained = h.clone();
+                    first.then(second).apply(&mut chained);
+                    assert_eq!(
+                        seen(&chained),
+                        seen(&one_by_one),
+                        "{first:?} then {second:?} on {req:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn replace_prefix_match_edge_cases_from_the_specification() {
         // (path, matched prefix, replacement, expected)
         let rows = [
@@ -253,56 +381,243 @@ mod tests {
             scheme: scheme.map(str::to_owned),
             hostname: hostname.map(str::to_owned),
             port,
+            listener_port: None,
             path: None,
             status: StatusCode::FOUND,
         }
     }
 
+    /// One row: the filter's scheme and port, the listener port, the request's scheme and
+    /// `Host` port, the expected `Location`.
+    type Row = (
+        Option<&'static str>,
+        Option<u16>,
+        Option<u16>,
+        &'static str,
+        Option<u16>,
+        &'static str,
+    );
+
+    fn check_rows(sentence: &str, rows: &[Row]) {
+        for &(scheme, port, listener, req_scheme, host_port, want) in rows {
+            let mut r = redirect(scheme, None, port);
+            r.listener_port = listener;
+            let mut i = input(host_port, "/keep", None);
+            i.scheme = req_scheme;
+            assert_eq!(
+                r.location(&i),
+                want,
+                "{sentence}: scheme={scheme:?} port={port:?} listener={listener:?} request={req_scheme}, Host port {host_port:?}"
+            );
+        }
+    }
+
     #[test]
-    fn redirect_location_scheme_host_port_rules() {
+    fn redirect_port_when_a_port_is_specified_it_is_used() {
+        check_rows(
+            "Port is the port to be used in the value of the `Location` header",
+            &[
+                (
+                    None,
+                    Some(8443),
+                    Some(80),
+                    "http",
+                    None,
+                    "http://foo.example.com:8443/keep",
+                ),
+                (
+                    Some("https"),
+                    Some(8443),
+                    Some(80),
+                    "http",
+                    None,
+                    "https://foo.example.com:8443/keep",
+                ),
+                (
+                    Some("http"),
+                    Some(8080),
+                    Some(8081),
+                    "https",
+                    Some(9),
+                    "http://foo.example.com:8080/keep",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn redirect_port_if_redirect_scheme_is_not_empty_it_must_be_the_schemes_well_known_port() {
+        check_rows(
+            "If redirect scheme is not-empty, the redirect port MUST be the well-known port associated with the redirect scheme",
+            &[
+                (
+                    Some("https"),
+                    None,
+                    Some(80),
+                    "http",
+                    None,
+                    "https://foo.example.com/keep",
+                ),
+                (
+                    Some("https"),
+                    None,
+                    Some(8080),
+                    "http",
+                    Some(8080),
+                    "https://foo.example.com/keep",
+                ),
+                (
+                    Some("http"),
+                    None,
+                    Some(8080),
+                    "https",
+                    None,
+                    "http://foo.example.com/keep",
+                ),
+                (
+                    Some("http"),
+                    None,
+                    None,
+                    "http",
+                    Some(443),
+                    "http://foo.example.com/keep",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn redirect_port_if_redirect_scheme_is_empty_it_must_be_the_gateway_listener_port() {
+        check_rows(
+            "If redirect scheme is empty, the redirect port MUST be the Gateway Listener port",
+            &[
+                // the listener port, not the port of the request's Host (issue 15)
+                (
+                    None,
+                    None,
+                    Some(80),
+                    "http",
+                    Some(8080),
+                    "http://foo.example.com/keep",
+                ),
+                (
+                    None,
+                    None,
+                    Some(8080),
+                    "http",
+                    None,
+                    "http://foo.example.com:8080/keep",
+                ),
+                (
+                    None,
+                    None,
+                    Some(8080),
+                    "http",
+                    Some(9090),
+                    "http://foo.example.com:8080/keep",
+                ),
+                // a document without the listener port: the Host's port stands in
+                (
+                    None,
+                    None,
+                    None,
+                    "http",
+                    Some(8080),
+                    "http://foo.example.com:8080/keep",
+                ),
+                (
+                    None,
+                    None,
+                    None,
+                    "http",
+                    None,
+                    "http://foo.example.com/keep",
+                ),
+                // HTTPS reached Cloudflare's edge on 443, not the HTTP listener's port
+                (
+                    None,
+                    None,
+                    Some(8080),
+                    "https",
+                    None,
+                    "https://foo.example.com/keep",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn redirect_port_is_not_added_for_http_with_port_80_nor_https_with_port_443() {
+        check_rows(
+            "Implementations SHOULD NOT add the port number in the 'Location' header: HTTP and port 80; HTTPS and port 443",
+            &[
+                (
+                    None,
+                    Some(80),
+                    Some(8080),
+                    "http",
+                    None,
+                    "http://foo.example.com/keep",
+                ),
+                (
+                    Some("https"),
+                    Some(443),
+                    None,
+                    "http",
+                    None,
+                    "https://foo.example.com/keep",
+                ),
+                (
+                    None,
+                    None,
+                    Some(80),
+                    "http",
+                    None,
+                    "http://foo.example.com/keep",
+                ),
+                // the other pairings keep their port
+                (
+                    None,
+                    Some(443),
+                    None,
+                    "http",
+                    None,
+                    "http://foo.example.com:443/keep",
+                ),
+                (
+                    Some("https"),
+                    Some(80),
+                    None,
+                    "http",
+                    None,
+                    "https://foo.example.com:80/keep",
+                ),
+                (
+                    None,
+                    None,
+                    Some(443),
+                    "http",
+                    None,
+                    "http://foo.example.com:443/keep",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn redirect_scheme_and_hostname_when_empty_are_the_requests() {
+        // "When empty, the scheme of the request is used."
+        // "When empty, the hostname in the `Host` header of the request is used."
         let rows: Vec<(Redirect, RedirectInput<'_>, &str)> = vec![
-            // scheme change uses the scheme's well-known port, which is then omitted
-            (
-                redirect(Some("https"), None, None),
-                input(None, "/a", None),
-                "https://foo.example.com/a",
-            ),
-            (
-                redirect(Some("https"), None, None),
-                input(Some(8080), "/a", None),
-                "https://foo.example.com/a",
-            ),
-            // no scheme, no port: the request's port is kept
-            (
-                redirect(None, None, None),
-                input(Some(8080), "/a", None),
-                "http://foo.example.com:8080/a",
-            ),
             (
                 redirect(None, None, None),
                 input(None, "/a", Some("x=1")),
                 "http://foo.example.com/a?x=1",
             ),
-            // explicit port, omitted when it is the scheme's default
             (
-                redirect(None, None, Some(8443)),
-                input(None, "/a", None),
-                "http://foo.example.com:8443/a",
-            ),
-            (
-                redirect(None, None, Some(80)),
-                input(Some(8080), "/a", None),
-                "http://foo.example.com/a",
-            ),
-            (
-                redirect(Some("https"), Some("other.example.com"), Some(443)),
+                redirect(Some("https"), Some("other.example.com"), None),
                 input(None, "/a", None),
                 "https://other.example.com/a",
-            ),
-            (
-                redirect(Some("https"), None, Some(8443)),
-                input(None, "/a", None),
-                "https://foo.example.com:8443/a",
             ),
             (
                 redirect(Some("http"), Some("h"), None),

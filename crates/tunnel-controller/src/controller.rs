@@ -234,6 +234,7 @@ impl Controller {
                     for (host, route) in r.overflow {
                         effects.overflow.entry(route).or_default().push(host);
                     }
+                    effects.ingress.insert(tunnel, r.hostnames);
                 }
                 Err(e) => {
                     tracing::warn!(tunnel, error = %e, "Cloudflare sync failed; the tunnel's routes are Pending");
@@ -268,6 +269,11 @@ impl Controller {
                         .inc();
                 }
                 outcome.incomplete |= report.incomplete;
+                // Not loaded: a failed push (retried, as incomplete) or no proxy yet (its
+                // EndpointSlice wakes the next round).
+                if report.loaded {
+                    effects.loaded.insert(key.clone());
+                }
                 if let Some(err) = &report.failing {
                     effects.push_failing.insert(key.clone(), err.clone());
                 }

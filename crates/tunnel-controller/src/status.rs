@@ -10,6 +10,8 @@
 //!   next round recomputes from the fresh object instead of erasing theirs.
 //! - A condition turning False (or changing reason while False) publishes a Warning Event with
 //!   the condition's reason and message: everything a user must notice is in `kubectl describe`.
+//!   [`PUBLISHED`] is the exception: False while delivery is under way, it has no Event of its
+//!   own (what keeps it False for long has one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +32,7 @@ use serde_json::json;
 use crate::api::GatewayClassConfig;
 use crate::conditions::{Verdict, merge};
 use crate::dedicated::claims;
+use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
     CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, RouteOutcome, RouteParentStatus,
@@ -39,6 +42,9 @@ use crate::model::{
 pub const MANAGER: &str = "tunnel-gateway-controller";
 /// Condition type on routes with hostnames beyond the 1,000-rule cap of their tunnel.
 pub const INGRESS_RULE_LIMIT: &str = "cf.k8s.lex.la/IngressRuleLimit";
+/// Condition type on attached route parents: True once the Gateway's data plane has loaded the
+/// route and the tunnel's ingress document lists every hostname of it (`kubectl wait` on it).
+pub const PUBLISHED: &str = "cf.k8s.lex.la/Published";
 
 /// The Event reason when a tunnel's ingress sync fails (its routes and Gateways say Pending).
 pub const CLOUDFLARE_SYNC_FAILED: &str = "CloudflareSyncFailed";
@@ -54,6 +60,12 @@ pub struct Effects {
     pub push_failing: BTreeMap<PartitionKey, String>,
     /// Dedicated Gateways whose plane could not be written, with the reason.
     pub render_errors: BTreeMap<ObjKey, String>,
+    /// Partitions whose every proxy holds this round's document.
+    pub loaded: BTreeSet<PartitionKey>,
+    /// The hostnames each tunnel's ingress document lists now (as
+    /// [`ingress::rule_hostname`] spells them); a tunnel whose document this round did not
+    /// read or write is absent.
+    pub ingress: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -328,6 +340,9 @@ fn route_write(
                 ),
             ));
         }
+        if attached {
+            verdicts.push(published(r, p, gw, effects));
+        }
         let before: Vec<Condition> = r
             .current_parents
             .iter()
@@ -337,7 +352,10 @@ fn route_write(
         let conditions = merge(&before, &verdicts, r.generation, now);
         for c in &conditions {
             let was = before.iter().find(|b| b.type_ == c.type_);
-            let failing = c.status == "False"
+            // Published=False says what is still under way; the failures behind a lasting one
+            // have Events of their own (ProxyConfigPushFailed, CloudflareSyncFailed,
+            // IngressRuleLimitExceeded).
+            let failing = (c.status == "False" && c.type_ != PUBLISHED)
                 || c.type_ == INGRESS_RULE_LIMIT
                 || c.type_ == claims::CONDITION_TUNNEL_SHARED;
             if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
@@ -370,6 +388,64 @@ fn route_write(
         resource_version: r.resource_version.clone(),
         parents,
     })
+}
+
+/// Whether an attached route parent is live: the Gateway's partition has loaded this round's
+/// document (which holds the route) and its tunnel's ingress document lists every hostname the
+/// route serves through it. Both come from this round's I/O, so it is never True before both
+/// are done; every round that leaves one undone is retried, so it turns True once they are.
+fn published(
+    r: &RouteOutcome,
+    p: &crate::model::ParentOutcome,
+    gw: Option<&crate::model::GatewayOutcome>,
+    effects: &Effects,
+) -> Verdict {
+    let partition = gw.and_then(|g| g.partition.as_ref());
+    let tunnel = gw.and_then(|g| g.tunnel.as_ref());
+    let overflow = effects.overflow.get(&r.id);
+    let listed = tunnel.and_then(|t| effects.ingress.get(t));
+    let hostnames = p
+        .hostnames
+        .iter()
+        .flatten()
+        .map(|h| ingress::rule_hostname(h));
+    let (mut left_out, mut missing) = (Vec::new(), Vec::new());
+    for h in hostnames.filter(|h| !h.is_empty() && h != "*") {
+        if overflow.is_some_and(|o| o.iter().any(|x| ingress::rule_hostname(x) == h)) {
+            left_out.push(h);
+        } else if !listed.is_some_and(|l| l.contains(&h)) {
+            missing.push(h);
+        }
+    }
+    let mut waiting = Vec::new();
+    if !partition.is_some_and(|k| effects.loaded.contains(k)) {
+        waiting.push(match partition {
+            Some(k) => format!("the {k} data plane has not loaded the route yet"),
+            None => "no data plane serves the Gateway yet".to_owned(),
+        });
+    }
+    if !missing.is_empty() {
+        waiting.push(format!(
+            "the ingress document of tunnel {} does not list {} yet",
+            tunnel.map_or("?", String::as_str),
+            missing.join(", ")
+        ));
+    }
+    if !left_out.is_empty() {
+        waiting.push(format!(
+            "{} did not fit the tunnel's ingress document (see {INGRESS_RULE_LIMIT})",
+            left_out.join(", ")
+        ));
+        return Verdict::fail(PUBLISHED, "IngressRuleLimitExceeded", waiting.join("; "));
+    }
+    if waiting.is_empty() {
+        Verdict::ok(
+            PUBLISHED,
+            "the data plane serves the route and the tunnel's ingress document lists its hostnames",
+        )
+    } else {
+        Verdict::fail(PUBLISHED, "Pending", waiting.join("; "))
+    }
 }
 
 /// A BackendTLSPolicy's `status.ancestors`: ours per Gateway that uses it, others' kept.

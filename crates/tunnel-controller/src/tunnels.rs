@@ -9,7 +9,7 @@
 //! Each tunnel syncs on its own: one failing tunnel (bad credentials, rate limit, outage) leaves
 //! the others untouched, and only its Gateways' routes are marked Pending.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ pub struct TunnelResult {
     pub rules: usize,
     /// Whether a PUT was made.
     pub wrote: bool,
+    /// The hostnames the document lists now (lower-case, no trailing dot; the overflow left
+    /// out): a route is published once all of its hostnames are here.
+    pub hostnames: BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -112,8 +115,10 @@ impl TunnelSync {
             && *fp == fingerprint
             && at.elapsed() < RESYNC_AFTER
         {
+            let overflow = overflow_of(plan, &hostnames);
             return Ok(TunnelResult {
-                overflow: overflow_of(plan, &hostnames),
+                hostnames: listed(&hostnames, &overflow),
+                overflow,
                 rules: *rules,
                 wrote: false,
             });
@@ -145,6 +150,7 @@ impl TunnelSync {
         state.synced = Some((hostnames.clone(), Instant::now(), rules, fingerprint));
         let overflow = overflow_of(plan, &hostnames);
         Ok(TunnelResult {
+            hostnames: listed(&hostnames, &overflow),
             overflow,
             rules,
             wrote,
@@ -208,6 +214,16 @@ impl TunnelSync {
             many => Err(AccountError::Many(many.len())),
         }
     }
+}
+
+/// The hostnames a document written for `hostnames` lists, as [`ingress::rule_hostname`]
+/// spells them.
+fn listed(hostnames: &[String], overflow: &[(String, RouteId)]) -> BTreeSet<String> {
+    hostnames
+        .iter()
+        .map(|h| ingress::rule_hostname(h))
+        .filter(|h| !overflow.iter().any(|(o, _)| o == h))
+        .collect()
 }
 
 /// Hostnames beyond the cap: the plan's newest, mapped back to their routes.

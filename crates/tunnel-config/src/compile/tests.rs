@@ -284,3 +284,180 @@ fn validate_refuses_exactly_what_compile_refuses_and_names_the_same_path() {
     assert_eq!(validate(&parsed(&good)), Ok(()));
     assert_eq!(validate(&parsed(&bad)), Err(error_of(bad)));
 }
+
+/// Whether a request with `headers` and `query` matches the one rule of a document whose match
+/// is `m`.
+fn matches_request(m: Value, headers: &[(&str, &str)], query: Option<&str>) -> bool {
+    let t = try_compile(route_with_rule(
+        json!({ "matches": [m], "backends": [backend(json!({}))] }),
+    ))
+    .unwrap();
+    let mut h = http::HeaderMap::new();
+    for (n, v) in headers {
+        h.append(
+            HeaderName::from_bytes(n.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let view = routing::RequestView {
+        host: "a.example.com",
+        path: "/",
+        query,
+        method: &Method::GET,
+        headers: &h,
+        grpc: false,
+    };
+    t.table.lookup(&view).is_some()
+}
+
+#[test]
+fn only_the_first_entry_with_an_equivalent_header_name_is_considered() {
+    let m = json!({ "headers": [
+        { "name": "x-flavor", "value": "mint" },
+        { "name": "X-Flavor", "value": "lime" },
+        { "name": "X-FLAVOR", "type": "RegularExpression", "value": "(" },
+    ] });
+    // (request headers, matches)
+    let rows: [(&[(&str, &str)], bool); 5] = [
+        // "only the first entry with an equivalent name MUST be considered for a match"
+        (&[("x-flavor", "mint")], true),
+        (&[("X-Flavor", "mint")], true),
+        // "Subsequent entries with an equivalent header name MUST be ignored"
+        (&[("x-flavor", "lime")], false),
+        (&[("x-flavor", "lime"), ("x-flavor", "mint")], true),
+        (&[], false),
+    ];
+    for (headers, want) in rows {
+        assert_eq!(
+            matches_request(m.clone(), headers, None),
+            want,
+            "{headers:?}"
+        );
+    }
+}
+
+#[test]
+fn only_the_first_entry_with_an_equivalent_query_param_name_is_considered() {
+    let m = json!({ "queryParams": [
+        { "name": "flavor", "value": "mint" },
+        { "name": "flavor", "value": "lime" },
+        { "name": "flavor", "type": "RegularExpression", "value": "(" },
+        // query parameter names are case-sensitive: a different name, also required
+        { "name": "Flavor", "value": "lime" },
+    ] });
+    // (query, matches)
+    let rows = [
+        // "only the first entry with an equivalent name MUST be considered for a match"
+        (Some("flavor=mint&Flavor=lime"), true),
+        // "Subsequent entries with an equivalent query param name MUST be ignored"
+        (Some("flavor=lime&Flavor=lime"), false),
+        (Some("flavor=mint"), false),
+        (None, false),
+    ];
+    for (query, want) in rows {
+        assert_eq!(matches_request(m.clone(), &[], query), want, "{query:?}");
+    }
+}
+
+#[test]
+fn ignored_duplicate_names_do_not_count_for_precedence() {
+    // One header match given twice ranks like one header match: the rule listed first wins
+    // the tie, not the one with the longer (duplicated) list.
+    let doc = json!({ "version": 1, "routes": [{ "kind": "HTTPRoute", "name": "ns/r", "rules": [
+        { "name": "one", "matches": [{ "headers": [{ "name": "a", "value": "1" }] }],
+          "backends": [backend(json!({ "name": "one" }))] },
+        { "name": "twice", "matches": [{ "headers": [{ "name": "a", "value": "1" }, { "name": "A", "value": "1" }] }],
+          "backends": [backend(json!({ "name": "twice" }))] },
+    ] }] });
+    let t = try_compile(doc).unwrap();
+    let mut h = http::HeaderMap::new();
+    h.insert("a", HeaderValue::from_static("1"));
+    let view = routing::RequestView {
+        host: "a.example.com",
+        path: "/",
+        query: None,
+        method: &Method::GET,
+        headers: &h,
+        grpc: false,
+    };
+    let m = t.table.lookup(&view).unwrap();
+    let Action::Forward { backends, .. } = &m.rule.action else {
+        panic!("expected forward");
+    };
+    assert_eq!(&*backends[0].name, "one");
+}
+
+#[test]
+fn backend_filters_follow_the_rules_for_that_backend_only() {
+    let t = try_compile(route_with_rule(json!({
+        "filters": [
+            { "type": "RequestHeaderModifier", "set": [{ "name": "x-rule", "value": "r" }, { "name": "x-both", "value": "rule" }] },
+            { "type": "URLRewrite", "hostname": "rule.example.com" },
+        ],
+        "backends": [
+            backend(json!({ "name": "plain" })),
+            backend(json!({ "name": "filtered", "filters": [
+                { "type": "RequestHeaderModifier", "set": [{ "name": "x-both", "value": "backend" }] },
+                { "type": "ResponseHeaderModifier", "add": [{ "name": "x-from", "value": "filtered" }] },
+                { "type": "URLRewrite", "path": { "type": "ReplaceFullPath", "value": "/b" } },
+                { "type": "RequestMirror", "backend": backend(json!({ "name": "mirror" })) },
+            ] })),
+        ],
+    })))
+    .unwrap();
+    let rule = &t.table.rules()[0];
+    let Action::Forward { backends, .. } = &rule.action else {
+        panic!("expected forward");
+    };
+    // A backend without filters: the rule as it is.
+    assert!(std::ptr::eq(backends[0].rule(rule), rule));
+    // With filters: the rule's first, then the backend's.
+    let b = backends[1].rule(rule);
+    let mut h = http::HeaderMap::new();
+    b.request_headers.as_ref().unwrap().apply(&mut h);
+    assert_eq!(h["x-rule"], "r");
+    assert_eq!(h["x-both"], "backend");
+    assert!(rule.response_headers.is_none());
+    let mut h = http::HeaderMap::new();
+    b.response_headers.as_ref().unwrap().apply(&mut h);
+    assert_eq!(h["x-from"], "filtered");
+    let rewrite = b.rewrite.as_ref().unwrap();
+    assert_eq!(rewrite.hostname.as_ref().unwrap(), "rule.example.com");
+    assert_eq!(rewrite.path, Some(PathRewrite::Full("/b".into())));
+    assert_eq!(b.mirrors.len(), 1);
+    assert!(rule.mirrors.is_empty());
+}
+
+#[test]
+fn refused_backend_filters_name_their_path() {
+    let rows = [
+        (
+            json!({ "backends": [backend(json!({ "filters": [{ "type": "RequestRedirect" }] }))] }),
+            "routes[0].rules[0].backends[0].filters",
+        ),
+        (
+            json!({ "matches": [{ "path": { "type": "Exact", "value": "/a" } }],
+                "backends": [backend(json!({ "filters": [
+                    { "type": "URLRewrite", "path": { "type": "ReplacePrefixMatch", "value": "/b" } }] }))] }),
+            "routes[0].rules[0].backends[0].filters",
+        ),
+        (
+            json!({ "backends": [backend(json!({ "filters": [
+                { "type": "RequestHeaderModifier", "set": [{ "name": "bad name", "value": "x" }] }] }))] }),
+            "routes[0].rules[0].backends[0].filters[0].set[0].name",
+        ),
+        (
+            json!({ "backends": [backend(json!({ "filters": [
+                { "type": "ResponseHeaderModifier" }, { "type": "ResponseHeaderModifier" }] }))] }),
+            "routes[0].rules[0].backends[0].filters[1]",
+        ),
+        (
+            json!({ "filters": [{ "type": "RequestMirror", "backend": backend(json!({
+                "filters": [{ "type": "RequestHeaderModifier" }] })) }] }),
+            "routes[0].rules[0].filters[0].backend.filters",
+        ),
+    ];
+    for (rule, path) in rows {
+        assert_eq!(error_of(route_with_rule(rule.clone())).path, path, "{rule}");
+    }
+}

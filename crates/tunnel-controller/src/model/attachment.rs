@@ -238,7 +238,10 @@ fn route_outcome(
 ) {
     let mut parents = Vec::new();
     // Per partition: the hostnames the route serves there (None inside = any host).
-    let mut served: BTreeMap<PartitionKey, (Option<BTreeSet<String>>, ObjKey)> = BTreeMap::new();
+    // Also the lowest port of the listeners it attached to there (the redirect port, see
+    // `set_listener_port`).
+    let mut served: BTreeMap<PartitionKey, (Option<BTreeSet<String>>, ObjKey, i32)> =
+        BTreeMap::new();
     for pref in &route.parent_refs {
         let Some(gw_key) = pref.gateway(&route.id.key.namespace) else {
             continue;
@@ -248,7 +251,11 @@ fn route_outcome(
         };
         // In status, group, kind and namespace are always spelled out.
         let status_ref = ParentRef::to_gateway(&gw_key, pref.section_name.clone(), pref.port);
-        let (accepted, hostnames) = attach(route, gw, &status_ref, namespaces);
+        let (accepted, attached) = attach(route, gw, &status_ref, namespaces);
+        let (hostnames, port) = match attached {
+            Some((hosts, port)) => (Some(hosts), port),
+            None => (None, i32::MAX),
+        };
         parents.push(ParentOutcome {
             parent_ref: status_ref,
             gateway: gw_key.clone(),
@@ -258,7 +265,8 @@ fn route_outcome(
         if let (Some(hosts), Some(partition)) = (hostnames, gw.partition.clone()) {
             let entry = served
                 .entry(partition)
-                .or_insert_with(|| (Some(BTreeSet::new()), gw_key.clone()));
+                .or_insert_with(|| (Some(BTreeSet::new()), gw_key.clone(), port));
+            entry.2 = entry.2.min(port);
             match (&mut entry.0, hosts.is_empty()) {
                 (_, true) => entry.0 = None,
                 (Some(set), false) => set.extend(hosts),
@@ -274,7 +282,7 @@ fn route_outcome(
     // attached Gateway's there).
     let mut content: Option<(Verdict, Option<Verdict>, Option<Verdict>)> = None;
     let mut services: BTreeSet<(String, String)> = BTreeSet::new();
-    for (partition, (hosts, gw_key)) in &served {
+    for (partition, (hosts, gw_key, port)) in &served {
         let cert = model
             .gateways
             .get(gw_key)
@@ -285,7 +293,8 @@ fn route_outcome(
             .unwrap_or_default();
         let name = route.id.key.to_string();
         let (entry, verdicts) = if let Some(r) = &route.http {
-            let t = translate::http_route(r, idx, cert.as_ref());
+            let mut t = translate::http_route(r, idx, cert.as_ref());
+            set_listener_port(&mut t.rules, *port);
             services.extend(t.services.iter().cloned());
             let v = (t.resolved_refs, t.accepted, t.partially_invalid);
             (
@@ -364,13 +373,31 @@ fn route_outcome(
     });
 }
 
-/// Whether a route attaches to a Gateway through a parentRef, and with which hostnames.
+/// Every RequestRedirect of `rules` gets the listener port: with neither scheme nor port, the
+/// specification makes it the redirect port. The data plane cannot tell which listener a request
+/// came through (cloudflared sends every hostname to the same proxy port), so a route attached
+/// to listeners with different ports uses the lowest of them.
+fn set_listener_port(rules: &mut [config::HttpRule], port: i32) {
+    let Ok(port) = u16::try_from(port) else {
+        return;
+    };
+    for rule in rules {
+        for f in &mut rule.filters {
+            if let config::Filter::RequestRedirect(r) = f {
+                r.listener_port = Some(port);
+            }
+        }
+    }
+}
+
+/// Whether a route attaches to a Gateway through a parentRef, and with which hostnames and the
+/// lowest port of the listeners it attached to.
 fn attach(
     route: &RouteView,
     gw: &GatewayOutcome,
     pref: &ParentRef,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
-) -> (Verdict, Option<Vec<String>>) {
+) -> (Verdict, Option<(Vec<String>, i32)>) {
     let (section, port) = (pref.section_name.as_deref(), pref.port);
     if let Some(v) = &gw.route_refusal {
         return (v.clone(), None);
@@ -439,12 +466,14 @@ fn attach(
     }
     let mut any = false;
     let mut hosts = BTreeSet::new();
+    let mut port = i32::MAX;
     for l in &allowed {
         if let Some(h) = hostnames::intersect(l.hostname.as_deref(), &route.hostnames) {
             if h.is_empty() {
                 any = true;
             }
             hosts.extend(h);
+            port = port.min(l.port);
         }
     }
     if !any && hosts.is_empty() {
@@ -463,11 +492,14 @@ fn attach(
     }
     (
         Verdict::ok("Accepted", "the route is accepted"),
-        Some(if any {
-            Vec::new()
-        } else {
-            hosts.into_iter().collect()
-        }),
+        Some((
+            if any {
+                Vec::new()
+            } else {
+                hosts.into_iter().collect()
+            },
+            port,
+        )),
     )
 }
 

@@ -165,6 +165,7 @@ impl BackendIndex {
             protocol: BackendProtocol::Http1,
             tls: None,
             failure_status: None,
+            filters: Vec::new(),
         };
         match self.target(from, namespace, r, report) {
             Ok(t) => {

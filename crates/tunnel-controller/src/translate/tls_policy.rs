@@ -279,6 +279,7 @@ pub(super) fn check(tls: &BackendTls, protocol: BackendProtocol) -> Result<(), S
                     protocol,
                     tls: Some(tls.clone()),
                     failure_status: None,
+                    filters: Vec::new(),
                 }],
                 timeouts: Timeouts::default(),
                 failure_status: None,

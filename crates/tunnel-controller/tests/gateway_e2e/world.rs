@@ -216,6 +216,34 @@ pub async fn spawn_backend(name: &str) -> u16 {
         .expect("backend starts")
 }
 
+/// A local HTTP backend that echoes what it received: `<name> <path>[?query]`, then one
+/// `name: value` line per request header (lower-case names); runs on the world's runtime.
+pub async fn spawn_echo_backend(name: &str) -> u16 {
+    let name = name.to_owned();
+    world()
+        .rt
+        .spawn(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = l.local_addr().unwrap().port();
+            let app = axum::Router::new().fallback(
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let name = name.clone();
+                    async move {
+                        let mut out = format!("{name} {uri}\n");
+                        for (k, v) in &headers {
+                            out.push_str(&format!("{k}: {}\n", v.to_str().unwrap_or("?")));
+                        }
+                        out
+                    }
+                },
+            );
+            tokio::spawn(async move { axum::serve(l, app).await });
+            port
+        })
+        .await
+        .unwrap()
+}
+
 /// A namespace with a Gateway `gw` of our class (one HTTP listener, routes from all namespaces).
 pub fn namespace_with_gateway(ns: &str) -> String {
     format!(

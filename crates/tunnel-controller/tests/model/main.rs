@@ -27,6 +27,7 @@ use tunnel_config::config::Config;
 use tunnel_controller::api::{GatewayClassConfig, GatewayConfig};
 use tunnel_controller::conditions::Verdict;
 use tunnel_controller::dedicated::Verification;
+use tunnel_controller::ingress;
 use tunnel_controller::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use tunnel_controller::model::{self, Model, Plane, Settings};
 use tunnel_controller::status::{self, Effects, Notice, Write};
@@ -78,6 +79,12 @@ struct CaseEffects {
     push_failing: BTreeMap<String, String>,
     /// By Gateway (`ns/name`).
     render_errors: BTreeMap<String, String>,
+    /// Partitions whose proxies do not all hold the document yet; the others have loaded it
+    /// (unless their pushes keep failing or their plane could not be written).
+    not_loaded: Vec<String>,
+    /// Tunnels whose ingress document does not list the plan's hostnames yet (changes still
+    /// arriving); the others list them (overflow left out), except those with a tunnel error.
+    not_listed: Vec<String>,
 }
 
 /// What the controller decides, projected for reading: times and generations left out.
@@ -271,7 +278,7 @@ fn obj_key(s: &str) -> ObjKey {
     }
 }
 
-fn effects(e: CaseEffects) -> Effects {
+fn effects(e: CaseEffects, model: &Model) -> Effects {
     let route = |s: &str| {
         let (kind, key) = s.split_once(' ').expect("`<kind> namespace/name`");
         let kind = match kind {
@@ -289,7 +296,42 @@ fn effects(e: CaseEffects) -> Effects {
         None if s == "shared" => PartitionKey::Shared,
         None => panic!("partition {s}"),
     };
+    let overflow: Vec<&String> = e.overflow.values().flatten().collect();
+    let ingress = model
+        .tunnels
+        .iter()
+        .filter(|(t, _)| !e.tunnel_errors.contains_key(*t) && !e.not_listed.contains(t))
+        .map(|(t, plan)| {
+            let listed = plan
+                .hostnames
+                .iter()
+                .map(|(h, _)| ingress::rule_hostname(h))
+                .filter(|h| !overflow.contains(&h))
+                .collect();
+            (t.clone(), listed)
+        })
+        .collect();
+    // A partition whose pushes keep failing, or whose plane could not be written, has not
+    // loaded the document either.
+    let not_loaded: Vec<PartitionKey> = e
+        .not_loaded
+        .iter()
+        .chain(e.push_failing.keys())
+        .map(|p| partition(p))
+        .chain(
+            e.render_errors
+                .keys()
+                .map(|g| PartitionKey::Dedicated(obj_key(g))),
+        )
+        .collect();
     Effects {
+        loaded: model
+            .partitions
+            .keys()
+            .filter(|k| !not_loaded.contains(k))
+            .cloned()
+            .collect(),
+        ingress,
         tunnel_errors: e.tunnel_errors,
         overflow: e
             .overflow
@@ -501,9 +543,10 @@ fn run(input: &Path) -> String {
     let mut case: Case =
         serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
     let answers = std::mem::take(&mut case.verifications);
-    let effects = effects(std::mem::take(&mut case.effects));
+    let case_effects = std::mem::take(&mut case.effects);
     let snap = snapshot(case);
     let model = compute(&snap, &answers);
+    let effects = effects(case_effects, &model);
     let (writes, notices) = status::plan(&model, &effects, CONTROLLER);
     let out = project(&model, &writes, &notices);
     serde_saphyr::to_string(&out).expect("the projection serializes")
@@ -594,6 +637,7 @@ const REASONS: &[&str] = &[
     "TunnelSharedAcrossNamespaces",
     "IngressRuleLimitExceeded",
     "ProxyConfigPushFailed",
+    "Published",
     // BackendTLSPolicy.
     "NoValidCACertificate",
     "Conflicted",

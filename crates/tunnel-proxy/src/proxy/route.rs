@@ -106,7 +106,8 @@ pub(crate) fn decide<'t>(
                 Target::Upstream(upstream) => {
                     drop(host);
                     return Decision::Forward(Routed {
-                        rule,
+                        // The backendRef's own filters apply after the rule's, to this request.
+                        rule: backend.rule(rule),
                         backend,
                         upstream,
                         authority,
