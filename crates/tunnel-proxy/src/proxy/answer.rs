@@ -16,7 +16,8 @@ use crate::metrics::{BackendErrorReason, HostMetrics};
 use crate::state::State;
 use crate::upstream::{ConnectError, ProxyBody, SendError};
 
-/// Metrics bookkeeping of one request; finishes when the response body is done or dropped.
+/// Metrics bookkeeping of one request; finishes when dropped: by the response body as it ends,
+/// fails or is dropped (hyper path), or when the exchange is over (fast path).
 pub(crate) struct Completion {
     start: Instant,
     in_flight: Gauge,
