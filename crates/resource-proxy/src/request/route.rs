@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use http::header;
 use http::{Request, StatusCode};
-use hyper::body::Incoming;
 
 use super::context::ListenerContext;
 use super::discovery::{self, Source};
@@ -15,6 +14,7 @@ use super::outcome::{Outcome, bytes_response, json_response};
 use super::resource::resource_request;
 use crate::api::request_info::{Route, classify};
 use crate::api::status::Status;
+use crate::listen::body::CallerBody;
 use crate::listen::caller_auth::PeerChain;
 use crate::metrics::GroupVersionReasonLabels;
 
@@ -23,7 +23,7 @@ use crate::metrics::GroupVersionReasonLabels;
 pub(super) async fn route(
     ctx: &ListenerContext,
     peer: Option<&PeerChain>,
-    req: Request<Incoming>,
+    req: Request<CallerBody>,
 ) -> Outcome {
     if let Err(e) = ctx.auth.check(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
