@@ -1,5 +1,6 @@
 //! Routing: the caller is authenticated (RP-4), connection upgrades are refused, and the request
-//! is classified (RP-5): discovery and the OpenAPI documents are answered here
+//! is classified (RP-5): discovery and the OpenAPI documents (v3, and v2 filtered as v3 is) are
+//! answered here
 //! ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
 
 use bytes::Bytes;
@@ -46,8 +47,20 @@ pub(super) async fn route(
         req.uri().query(),
     );
     match route {
-        Route::Outside | Route::OpenApiV2 => {
-            Outcome::status(Status::path_not_found(), "get", "not_found")
+        Route::Outside => Outcome::status(Status::path_not_found(), "get", "not_found"),
+        Route::OpenApiV2 => {
+            let document = match ctx.discovery.openapi_v2(&ctx.target).await {
+                Ok(document) => document,
+                Err((document, why)) => {
+                    tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, "OpenAPI v2 served locally: the target could not answer");
+                    document
+                }
+            };
+            Outcome {
+                response: bytes_response(StatusCode::OK, "application/json", document),
+                verb: "get".into(),
+                reason: "discovery",
+            }
         }
         Route::DiscoveryRoot => {
             let (list, _) = resource_list(ctx).await;
