@@ -79,4 +79,12 @@ async fn openapi_v2_holds_only_the_group_version_and_kubectl_explain_reads_it() 
             }
         }
     }
+    // And the aggregator has had no reason to complain (klog quotes the key as \"v1.<group>\").
+    let log = std::fs::read_to_string(tenant.dir().join("kube-apiserver-0.log")).unwrap();
+    let key = format!("{VERSION}.{GROUP}");
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("loading OpenAPI spec for") && l.contains(&key))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
