@@ -217,9 +217,7 @@ impl Discovery {
         }
         json!({"paths": paths})
     }
-}
 
-impl Discovery {
     /// The OpenAPI v2 document of the group/version (see the module docs); `Err` carries why
     /// the target's answer was not used, with the document served instead.
     pub async fn openapi_v2(&self, target: &TargetClient) -> Result<Bytes, (Bytes, String)> {

@@ -1,7 +1,6 @@
 //! Routing: the caller is authenticated (RP-4), connection upgrades are refused, and the request
 //! is classified (RP-5): discovery and the OpenAPI documents (v3, and v2 filtered as v3 is) are
-//! answered here
-//! ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
+//! answered here ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
 
 use bytes::Bytes;
 use http::header;
