@@ -12,6 +12,8 @@
 //!   with the object when it was written, 503 when it was not (so a retry cannot duplicate it).
 //! - An owned named GET is one target request whatever the object: another tenant's object, a
 //!   missing one and one the proxy may not read answer the same 404.
+//! - `/openapi/v2` is the target's cut down to the group/version, revalidated with its ETag, and
+//!   the last good copy while the target fails.
 
 mod common;
 
@@ -784,4 +786,65 @@ async fn a_named_get_costs_the_target_one_request_whatever_the_answer_and_hidden
     }
     assert_eq!(env.requests("get", 404, "ownership_masked"), 1);
     assert_eq!(env.requests("get", 404, "not_found"), 2);
+}
+
+#[tokio::test]
+async fn openapi_v2_is_filtered_revalidated_and_served_from_the_last_good_copy() {
+    let calls = Arc::new(Mutex::new(0u32));
+    let env = env(behaviour({
+        let calls = calls.clone();
+        move |_, path, _| {
+            assert_eq!(path, "/openapi/v2");
+            let call = {
+                let mut calls = calls.lock().unwrap();
+                *calls += 1;
+                *calls
+            };
+            Box::pin(async move {
+                match call {
+                    1 => {
+                        let doc = json!({
+                            "swagger": "2.0",
+                            "info": {"title": "Kubernetes", "version": "v1.36.2"},
+                            "paths": {
+                                "/apis/example.test/v1/namespaces/{namespace}/widgets": {"get": {"responses": {"200": {"schema": {"$ref": "#/definitions/test.example.v1.Widget"}}}}},
+                                "/api/v1/secrets": {"get": {"responses": {"200": {"schema": {"$ref": "#/definitions/io.k8s.api.core.v1.SecretList"}}}}},
+                            },
+                            "definitions": {
+                                "test.example.v1.Widget": {"type": "object"},
+                                "io.k8s.api.core.v1.SecretList": {"type": "object"},
+                            },
+                        });
+                        let mut r = reply(200, doc);
+                        r.headers_mut()
+                            .insert("etag", http::HeaderValue::from_static("\"v1\""));
+                        r
+                    }
+                    2 => Response::builder()
+                        .status(304)
+                        .body(Full::new(Bytes::new()).boxed_unsync())
+                        .unwrap(),
+                    _ => reply(500, status(500, "etcd is unhappy")),
+                }
+            })
+        }
+    }))
+    .await;
+
+    let (code, _, first) = read(env.send("GET", "/openapi/v2", "").await).await;
+    assert_eq!(code, 200, "{first}");
+    let paths: Vec<&String> = first["paths"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        paths,
+        ["/apis/example.test/v1/namespaces/{namespace}/widgets"]
+    );
+    let definitions: Vec<&String> = first["definitions"].as_object().unwrap().keys().collect();
+    assert_eq!(definitions, ["test.example.v1.Widget"]);
+    // The target's 304 (to the ETag) and then its 500: the same document, never a failure.
+    let (code, _, second) = read(env.send("GET", "/openapi/v2", "").await).await;
+    assert_eq!((code, &second), (200, &first));
+    let (code, _, third) = read(env.send("GET", "/openapi/v2", "").await).await;
+    assert_eq!((code, &third), (200, &first));
+    assert_eq!(*calls.lock().unwrap(), 3);
+    assert_eq!(env.requests("get", 200, "discovery"), 3);
 }

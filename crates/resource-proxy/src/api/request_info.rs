@@ -115,7 +115,7 @@ pub enum Route {
     DiscoveryGroup,
     /// `GET /apis/<group>/<version>`: the APIResourceList (forwarded, with local fallback).
     DiscoveryGroupVersion,
-    /// `GET /openapi/v2` (answered 404).
+    /// `GET /openapi/v2`: the target's, filtered to the own group/version.
     OpenApiV2,
     /// `GET /openapi/v3`: the root listing, filtered to the own group/version.
     OpenApiV3Root,

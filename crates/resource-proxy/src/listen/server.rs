@@ -21,6 +21,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
+use crate::listen::body::CallerBody;
 use crate::listen::caller_auth::{DeferredClientAuth, PeerChain};
 
 /// What a listener serves: the request path of its group/version
@@ -35,7 +36,7 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(
         self: Arc<Self>,
         peer: Option<Arc<PeerChain>>,
-        req: http::Request<hyper::body::Incoming>,
+        req: http::Request<CallerBody>,
     ) -> impl Future<Output = http::Response<Self::Body>> + Send;
 }
 
@@ -174,14 +175,16 @@ pub async fn serve<H: Handler>(
                         c.iter().map(|d| d.clone().into_owned()).collect(),
                     ))
                 });
-                let service = hyper::service::service_fn(move |req| {
+                let service = hyper::service::service_fn(move |req: http::Request<_>| {
                     let ctx = ctx.clone();
                     let peer = peer.clone();
                     // Boxed: an HTTP/2 stream's task is as large as its largest state, and a
                     // watch stays in the body state for hours; the request path's future is
                     // freed once it has answered.
                     Box::pin(async move {
-                        Ok::<_, std::convert::Infallible>(ctx.handle(peer, req).await)
+                        Ok::<_, std::convert::Infallible>(
+                            ctx.handle(peer, req.map(CallerBody::new)).await,
+                        )
                     })
                 });
                 let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -1,10 +1,14 @@
 //! Discovery of the listener's group/version: `/apis` (aggregated discovery v2, or the legacy
 //! APIGroupList), `/apis/<group>` and `/apis/<group>/<version>`, plus the OpenAPI v3 root
-//! filtered to the own group/version.
+//! filtered to the own group/version, and the OpenAPI v2 document cut down to it.
 //!
 //! `/apis/<group>/<version>` comes from the target; when the target cannot answer (unreachable,
 //! 401, 404, 5xx) it is served from the last good answer, else synthesized from the configured
 //! resources (RP-13), so the APIService stays Available and `kubectl api-resources` keeps working.
+//! `/openapi/v2` follows the same rule: the target's document filtered to the group/version
+//! ([`crate::api::openapi_v2`]), revalidated with the target's ETag, the last good one while the
+//! target cannot answer, an empty document before there is one; the aggregator asks every
+//! minute and must not see a failure.
 
 use std::sync::{PoisonError, RwLock};
 
@@ -13,6 +17,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use crate::api::openapi_v2;
 use crate::config::{GroupVersionListener, Resources};
 use crate::target::TargetClient;
 
@@ -34,6 +39,14 @@ pub struct Discovery {
     version: String,
     resources: Resources,
     last_good: RwLock<Option<Bytes>>,
+    openapi_v2: RwLock<Option<OpenApiV2>>,
+}
+
+/// The last good OpenAPI v2 document (filtered) and the target's ETag for it.
+#[derive(Clone)]
+struct OpenApiV2 {
+    etag: Option<http::HeaderValue>,
+    document: Bytes,
 }
 
 impl Discovery {
@@ -43,6 +56,7 @@ impl Discovery {
             version: listener.version.clone(),
             resources: listener.resources.clone(),
             last_good: RwLock::new(None),
+            openapi_v2: RwLock::new(None),
         }
     }
 
@@ -202,6 +216,54 @@ impl Discovery {
             paths.insert(key, entry.clone());
         }
         json!({"paths": paths})
+    }
+
+    /// The OpenAPI v2 document of the group/version (see the module docs); `Err` carries why
+    /// the target's answer was not used, with the document served instead.
+    pub async fn openapi_v2(&self, target: &TargetClient) -> Result<Bytes, (Bytes, String)> {
+        let cached = self
+            .openapi_v2
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut req = Request::get("/openapi/v2").header(http::header::ACCEPT, "application/json");
+        if let Some(etag) = cached.as_ref().and_then(|c| c.etag.clone()) {
+            req = req.header(http::header::IF_NONE_MATCH, etag);
+        }
+        let req = req.body(Bytes::new()).expect("static request");
+        let why = match target.send(req).await {
+            Ok(resp) if resp.status() == StatusCode::NOT_MODIFIED && cached.is_some() => {
+                return Ok(cached.map(|c| c.document).unwrap_or_default());
+            }
+            Ok(resp) if resp.status() == StatusCode::OK => {
+                let etag = resp.headers().get(http::header::ETAG).cloned();
+                match resp.into_body().collect().await {
+                    Ok(body) => match serde_json::from_slice::<Value>(&body.to_bytes()) {
+                        Ok(doc) => {
+                            let document = Bytes::from(
+                                openapi_v2::filter(&doc, &self.group, &self.version).to_string(),
+                            );
+                            *self
+                                .openapi_v2
+                                .write()
+                                .unwrap_or_else(PoisonError::into_inner) = Some(OpenApiV2 {
+                                etag,
+                                document: document.clone(),
+                            });
+                            return Ok(document);
+                        }
+                        Err(e) => format!("the target's answer is not JSON: {e}"),
+                    },
+                    Err(e) => format!("reading the target's answer: {e}"),
+                }
+            }
+            Ok(resp) => format!("the target answered {}", resp.status().as_u16()),
+            Err(e) => e.to_string(),
+        };
+        let document = cached
+            .map(|c| c.document)
+            .unwrap_or_else(|| Bytes::from(openapi_v2::empty().to_string()));
+        Err((document, why))
     }
 }
 

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
 
 use super::context::ListenerContext;
 use super::outcome::ProxyBody;
 use super::route::route;
 use crate::api::request_info::{Route, classify};
+use crate::listen::body::CallerBody;
 use crate::listen::caller_auth::PeerChain;
 use crate::listen::server::Handler;
 use crate::metrics::ReasonLabels;
@@ -19,7 +19,7 @@ use crate::metrics::ReasonLabels;
 pub async fn handle(
     ctx: Arc<ListenerContext>,
     peer: Option<Arc<PeerChain>>,
-    req: Request<Incoming>,
+    req: Request<CallerBody>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let inflight = ctx.series.inflight().clone();
@@ -92,7 +92,7 @@ impl Handler for ListenerContext {
     fn handle(
         self: Arc<Self>,
         peer: Option<Arc<PeerChain>>,
-        req: Request<Incoming>,
+        req: Request<CallerBody>,
     ) -> impl Future<Output = Response<ProxyBody>> + Send {
         handle(self, peer, req)
     }

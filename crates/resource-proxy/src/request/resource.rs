@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::context::ListenerContext;
@@ -31,6 +30,7 @@ use super::owned_get::{asks_for_yaml, owned_get};
 use crate::api::request_info::{RequestInfo, Verb};
 use crate::api::status::Status;
 use crate::config::AccessMode;
+use crate::listen::body::CallerBody;
 use crate::metrics::GroupVersionReasonLabels;
 use crate::tenancy::labels::{self, BodyKind, Injection, LabelsBefore, MAX_BODY_BYTES};
 use crate::tenancy::owner_refs;
@@ -40,7 +40,7 @@ use crate::tenancy::selector::{is_owned_object, scope_query};
 pub(super) async fn resource_request(
     ctx: &ListenerContext,
     info: RequestInfo,
-    req: Request<Incoming>,
+    req: Request<CallerBody>,
 ) -> Outcome {
     let verb = info.verb.as_str().to_owned();
     match steps(ctx, &info, &verb, req).await {
@@ -54,7 +54,7 @@ async fn steps(
     ctx: &ListenerContext,
     info: &RequestInfo,
     verb: &str,
-    req: Request<Incoming>,
+    req: Request<CallerBody>,
 ) -> Step<Outcome> {
     refuse_unsupported(ctx, info, verb)?;
     let (parts, body) = req.into_parts();
@@ -95,7 +95,7 @@ fn refuse_unsupported(ctx: &ListenerContext, info: &RequestInfo, verb: &str) -> 
 }
 
 /// The caller's whole body: 413 over [`MAX_BODY_BYTES`].
-async fn read_body(body: Incoming, verb: &str) -> Step<Bytes> {
+async fn read_body(body: CallerBody, verb: &str) -> Step<Bytes> {
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Outcome::status(

@@ -1,11 +1,10 @@
 //! Routing: the caller is authenticated (RP-4), connection upgrades are refused, and the request
-//! is classified (RP-5): discovery and the OpenAPI documents are answered here
-//! ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
+//! is classified (RP-5): discovery and the OpenAPI documents (v3, and v2 filtered as v3 is) are
+//! answered here ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
 
 use bytes::Bytes;
 use http::header;
 use http::{Request, StatusCode};
-use hyper::body::Incoming;
 
 use super::context::ListenerContext;
 use super::discovery::{self, Source};
@@ -15,6 +14,7 @@ use super::outcome::{Outcome, bytes_response, json_response};
 use super::resource::resource_request;
 use crate::api::request_info::{Route, classify};
 use crate::api::status::Status;
+use crate::listen::body::CallerBody;
 use crate::listen::caller_auth::PeerChain;
 use crate::metrics::GroupVersionReasonLabels;
 
@@ -23,7 +23,7 @@ use crate::metrics::GroupVersionReasonLabels;
 pub(super) async fn route(
     ctx: &ListenerContext,
     peer: Option<&PeerChain>,
-    req: Request<Incoming>,
+    req: Request<CallerBody>,
 ) -> Outcome {
     if let Err(e) = ctx.auth.check(peer, req.headers()) {
         tracing::warn!(reason = %e, path = %req.uri().path(), "refused an unauthenticated request");
@@ -46,8 +46,20 @@ pub(super) async fn route(
         req.uri().query(),
     );
     match route {
-        Route::Outside | Route::OpenApiV2 => {
-            Outcome::status(Status::path_not_found(), "get", "not_found")
+        Route::Outside => Outcome::status(Status::path_not_found(), "get", "not_found"),
+        Route::OpenApiV2 => {
+            let document = match ctx.discovery.openapi_v2(&ctx.target).await {
+                Ok(document) => document,
+                Err((document, why)) => {
+                    tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, "OpenAPI v2 served locally: the target could not answer");
+                    document
+                }
+            };
+            Outcome {
+                response: bytes_response(StatusCode::OK, "application/json", document),
+                verb: "get".into(),
+                reason: "discovery",
+            }
         }
         Route::DiscoveryRoot => {
             let (list, _) = resource_list(ctx).await;

@@ -7,7 +7,9 @@
 //! makes the result smaller or empty. To be sure the target reads the same conjunction, the
 //! caller's selector is parsed here with the Kubernetes grammar (`labels.Parse`), an invalid one
 //! is answered with the 400 BadRequest the API server gives (same messages), and the target gets
-//! a selector re-rendered from the parsed requirements, never the caller's text.
+//! a selector re-rendered from the parsed requirements, never the caller's text. Field selectors
+//! pass through untouched: which fields are supported (`metadata.name`, `metadata.namespace`, a
+//! CRD's `selectableFields`) is the target API server's decision, and so is its 400 for others.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -964,6 +966,38 @@ mod tests {
             only,
             "labelSelector=vcluster.com%2Fowner-project%3Ddefault%2Cvcluster.com%2Fowner-vcluster%3Dclient-a"
         );
+    }
+
+    #[test]
+    fn scope_query_forwards_field_selectors_as_the_caller_sent_them() {
+        // Field selectors are the API server's to judge (metadata.name, metadata.namespace, a
+        // CRD's selectableFields, or its 400 for anything else): they pass unchanged, every
+        // one in order (the API server reads the first), beside the owner label selector.
+        let query = scope_query(
+            Some("fieldSelector=metadata.name%3Dw1%2Cspec.color%21%3Dred&labelSelector=app%3Dweb&fieldSelector=status.phase%3DX"),
+            &owner(),
+        )
+        .unwrap();
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        assert_eq!(
+            pairs,
+            vec![
+                (
+                    "fieldSelector".to_owned(),
+                    "metadata.name=w1,spec.color!=red".to_owned()
+                ),
+                ("fieldSelector".to_owned(), "status.phase=X".to_owned()),
+                (
+                    "labelSelector".to_owned(),
+                    "app=web,vcluster.com/owner-project=default,vcluster.com/owner-vcluster=client-a"
+                        .to_owned()
+                ),
+            ]
+        );
+        // An unsupported field is not the proxy's business.
+        assert!(scope_query(Some("fieldSelector=spec.nope%3D1"), &owner()).is_ok());
     }
 
     #[test]

@@ -24,6 +24,7 @@ spec:
     served: true
     storage: true
     subresources: {status: {}}
+    selectableFields: [{jsonPath: .spec.color}]
     schema:
       openAPIV3Schema:
         type: object
@@ -31,6 +32,8 @@ spec:
           spec:
             type: object
             x-kubernetes-preserve-unknown-fields: true
+            properties:
+              color: {type: string}
           status:
             type: object
             x-kubernetes-preserve-unknown-fields: true

@@ -8,9 +8,11 @@
 mod boundaries;
 #[path = "../common/mod.rs"]
 mod common;
+mod field_selectors;
 mod fixture;
 mod isolation;
 mod kubectl_verbs;
+mod openapi;
 mod owner_references;
 mod topologies;
 mod watches;
