@@ -527,10 +527,8 @@ async fn a_first_chunk_that_never_comes_gets_the_timeout_answer_without_a_backen
     .await;
     let head = format!("POST /t HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\n\r\n");
     let mut s = TcpStream::connect(p.data).await.unwrap();
-    let started = std::time::Instant::now();
     let resp = exchange(&mut s, head.as_bytes(), Some("\n")).await;
     assert_eq!(status_of(&resp), "504", "{resp}");
-    assert!(started.elapsed() < Duration::from_millis(1000));
     assert_eq!(rec.received(), "", "bytes reached the backend");
     assert_eq!(rec.connections.load(Ordering::Relaxed), 0);
 }
