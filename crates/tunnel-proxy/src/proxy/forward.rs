@@ -1,9 +1,14 @@
-//! The hyper path's exchange with a backend: the request's headers prepared, its body
-//! teed to the rule's mirrors, sent with the rule's timeout, an upgrade joined end to end,
-//! and the answer's hop-by-hop fields removed.
+//! The hyper path's exchange with a backend: the request's headers prepared, the first chunk
+//! of a chunked body awaited ([`Peeked`]), the body teed to the rule's mirrors, sent with the
+//! rule's timeout, an upgrade joined end to end, and the answer's hop-by-hop fields removed.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -43,6 +48,12 @@ impl Forward<'_> {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         let upgrade = client_upgrade.is_some();
+        // An HTTP/1.1 request body of unknown length is chunked. Its first chunk is read
+        // before anything is sent, so that a body malformed from its start reaches no backend
+        // (nor mirror). HTTP/2 bodies are not waited for: a bidirectional stream's client may
+        // send nothing before the response headers. An upgrade's request has no body.
+        let peek =
+            !upgrade && parts.version == Version::HTTP_11 && body.size_hint().exact().is_none();
         if upgrade && self.routed.upstream.protocol != tunnel_config::config::BackendProtocol::Http1
         {
             warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, "upgrade request to an HTTP/2 backend refused");
@@ -61,18 +72,8 @@ impl Forward<'_> {
         else {
             return local(StatusCode::BAD_REQUEST, "invalid request target\n").into_response();
         };
-        let body = body.map_err(|e| BoxError::from(ClientBodyError(e)));
-        let body: ProxyBody = if self.routed.rule.mirrors.is_empty() {
-            body.boxed_unsync()
-        } else {
-            let senders = mirror::start(self.routed.rule, &parts, &path_and_query);
-            if senders.is_empty() {
-                body.boxed_unsync()
-            } else {
-                Tee::new(body, senders).boxed_unsync()
-            }
-        };
         let endpoint = self.routed.upstream.next_endpoint();
+        let mirror_target = (!self.routed.rule.mirrors.is_empty()).then(|| path_and_query.clone());
         let uri = match self.routed.upstream.uri(endpoint, path_and_query) {
             Ok(uri) => uri,
             Err(e) => {
@@ -85,10 +86,25 @@ impl Forward<'_> {
             tunnel_config::config::BackendProtocol::Http1 => Version::HTTP_11,
             tunnel_config::config::BackendProtocol::Http2 => Version::HTTP_2,
         };
-        let request = self
-            .routed
-            .upstream
-            .send(endpoint, Request::from_parts(parts, body));
+        let exchange = async {
+            let body = if peek {
+                Peeked::read(body).await?
+            } else {
+                Peeked::unread(body)
+            };
+            let body = body.map_err(|e| BoxError::from(ClientBodyError(e)));
+            let senders = match &mirror_target {
+                Some(target) => mirror::start(self.routed.rule, &parts, target),
+                None => Vec::new(),
+            };
+            let body: ProxyBody = if senders.is_empty() {
+                body.boxed_unsync()
+            } else {
+                Tee::new(body, senders).boxed_unsync()
+            };
+            let request = Request::from_parts(parts, body);
+            Ok::<_, hyper::Error>(self.routed.upstream.send(endpoint, request).await)
+        };
         let deadline = match (
             self.routed.rule.request_timeout,
             self.routed.rule.backend_timeout,
@@ -97,7 +113,7 @@ impl Forward<'_> {
             (a, b) => a.or(b),
         };
         let result = match deadline {
-            Some(d) => match tokio::time::timeout(d, request).await {
+            Some(d) => match tokio::time::timeout(d, exchange).await {
                 Ok(r) => r,
                 Err(_) => {
                     warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
@@ -106,17 +122,23 @@ impl Forward<'_> {
                     return backend_failure(BackendErrorReason::Timeout).into_response();
                 }
             },
-            None => request.await,
+            None => exchange.await,
         };
         let mut resp = match result {
-            Ok(resp) => resp,
-            Err(e) if client_body_failed(&e) => {
+            Ok(Ok(resp)) => resp,
+            Err(e) => {
+                // The first chunk failed: nothing was sent to any backend.
+                debug!(route = %self.routed.rule.route, error = %error_chain(&e),
+                    "the client's request body failed before it was forwarded; answering 400");
+                return bad_request("invalid request body\n").into_response();
+            }
+            Ok(Err(e)) if client_body_failed(&e) => {
                 // The client's mistake (or departure), not the backend's: no backend error.
                 debug!(route = %self.routed.rule.route, error = %error_chain(&e),
                     "the client's request body failed; answering 400");
                 return bad_request("invalid request body\n").into_response();
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 let reason = classify(&e);
                 warn!(route = %self.routed.rule.route, backend = %self.routed.backend.name, %endpoint,
                     reason = reason.as_str(), error = %error_chain(&e), "backend request failed");
@@ -155,5 +177,73 @@ impl Forward<'_> {
         }
         strip_hop_by_hop(resp.headers_mut(), false);
         resp
+    }
+}
+
+/// A request body whose first frame may have been read ahead: yields that frame, then the
+/// rest. Its length hint and end are those of the whole body, so the forwarded request keeps
+/// the framing (chunked) it would have had unread.
+struct Peeked<B> {
+    first: Option<Frame<Bytes>>,
+    /// The body ended when it was read ahead; it is not polled again.
+    ended: bool,
+    rest: B,
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Peeked<B> {
+    /// `body`, nothing read.
+    fn unread(body: B) -> Self {
+        Self {
+            first: None,
+            ended: false,
+            rest: body,
+        }
+    }
+
+    /// Waits for `body`'s first frame, its end or its error. Over HTTP/1.1 this is when hyper
+    /// sends `100 Continue` to a client that asked for it.
+    async fn read(mut body: B) -> Result<Self, B::Error> {
+        let first = body.frame().await.transpose()?;
+        Ok(Self {
+            ended: first.is_none(),
+            first,
+            rest: body,
+        })
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Peeked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let rest = self.rest.size_hint();
+        let Some(first) = self.first.as_ref().and_then(Frame::data_ref) else {
+            return rest;
+        };
+        let n = first.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(n));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(n));
+        }
+        hint
     }
 }

@@ -8,7 +8,8 @@
 //! forward to, the rule's or
 //! backend's configured failure status, 503 when no connection to the chosen endpoint could be
 //! made, 502 when the TLS handshake failed or the backend broke the exchange, 504 when the
-//! response headers did not arrive within the request/backend timeout.
+//! response headers (or a chunked request's first chunk) did not arrive within the
+//! request/backend timeout.
 //!
 //! A request's way through the stages (private modules under `src/proxy/`), each importing
 //! only stages listed after it:

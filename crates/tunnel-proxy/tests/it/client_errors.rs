@@ -1,10 +1,12 @@
 //! A client's own mistakes are answered as the client's and counted as client errors, before
 //! (or without) blaming a backend: request heads over `--max-request-head` get 431 and never
-//! reach a backend; an invalid chunked request body gets 400, never 502, and no backend error.
+//! reach a backend; an invalid chunked request body gets 400, never 502, and no backend error,
+//! and when its first chunk is invalid no backend (nor mirror) receives a byte of it.
 //! Raw TCP clients, a backend that records every byte it receives, and the metrics after each
 //! attempt, on the fast path, on a connection hyper serves, and over HTTP/2.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,10 +22,12 @@ const HOST: &str = "rec.example.com";
 const LIMIT: usize = 64 * 1024;
 
 /// A backend that records every byte it receives and answers `200 ok` to each complete
-/// request (a head without a body, or a chunked body up to its last chunk).
+/// request (a head and its `Content-Length` of body, or a chunked body up to its last chunk).
 struct Recorder {
     addr: SocketAddr,
     received: Arc<Mutex<Vec<u8>>>,
+    /// Connections accepted.
+    connections: Arc<AtomicUsize>,
 }
 
 impl Recorder {
@@ -31,9 +35,12 @@ impl Recorder {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
         let all = received.clone();
+        let accepted = connections.clone();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::Relaxed);
                 let all = all.clone();
                 tokio::spawn(async move {
                     let mut request = Vec::new();
@@ -52,7 +59,11 @@ impl Recorder {
                 });
             }
         });
-        Self { addr, received }
+        Self {
+            addr,
+            received,
+            connections,
+        }
     }
 
     fn received(&self) -> String {
@@ -65,21 +76,30 @@ fn complete(request: &[u8]) -> bool {
     let Some(end) = text.find("\r\n\r\n") else {
         return false;
     };
-    !text[..end].contains("transfer-encoding: chunked") || text.ends_with("0\r\n\r\n")
+    let (head, body) = (&text[..end], &text[end + 4..]);
+    if head.contains("transfer-encoding: chunked") {
+        return body.ends_with("0\r\n\r\n");
+    }
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+        .unwrap_or(0);
+    body.len() >= length
+}
+
+/// A proxy with one route to `rec`, its rule's fields extended by `rule` (filters, timeouts).
+async fn proxy_to(rec: &Recorder, rule: serde_json::Value) -> Proxy {
+    let mut fields = json!({ "backends": [backend("ns/rec:80", &rec.addr.to_string())] });
+    fields
+        .as_object_mut()
+        .unwrap()
+        .extend(rule.as_object().unwrap().clone());
+    Proxy::with_config(doc(1, vec![http_route("ns/rec", &[HOST], json!([fields]))])).await
 }
 
 async fn setup() -> (Proxy, Recorder) {
     let rec = Recorder::start().await;
-    let p = Proxy::with_config(doc(
-        1,
-        vec![http_route(
-            "ns/rec",
-            &[HOST],
-            json!([{ "backends": [backend("ns/rec:80", &rec.addr.to_string())] }]),
-        )],
-    ))
-    .await;
-    (p, rec)
+    (proxy_to(&rec, json!({})).await, rec)
 }
 
 /// The value of the series `name{labels}` (0 when absent).
@@ -257,6 +277,25 @@ fn malformed_chunked() -> [String; 2] {
     })
 }
 
+/// `malformed_chunked()`, each sent in one write and sent paused.
+fn malformed_sends() -> impl Iterator<Item = (String, bool)> {
+    malformed_chunked()
+        .into_iter()
+        .flat_map(|r| [(r.clone(), false), (r, true)])
+}
+
+/// Sends `request` on `s` and reads one answer (see [`exchange`]); `paused`: its head, then its
+/// body once the proxy had 200 ms to forward the head.
+async fn send(s: &mut TcpStream, request: &str, paused: bool) -> String {
+    if !paused {
+        return exchange(s, request.as_bytes(), None).await;
+    }
+    let (head, body) = request.split_at(request.find("\r\n\r\n").unwrap() + 4);
+    s.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    exchange(s, body.as_bytes(), None).await
+}
+
 /// What a backend may have received of a request whose body the proxy found malformed:
 /// nothing, or a prefix of the forwarded head followed by `valid` (the chunks before the
 /// malformed one, as hyper's client writes them), never the end of the body. hyper's client
@@ -282,11 +321,12 @@ fn assert_at_most(received: &str, path: &str, valid: &str) {
 #[tokio::test]
 async fn an_invalid_chunk_size_is_the_clients_400_on_a_connection_from_the_fast_path() {
     let (p, rec) = setup().await;
-    for (n, request) in malformed_chunked().iter().enumerate() {
+    for (n, (request, paused)) in malformed_sends().enumerate() {
         rec.received.lock().unwrap().clear();
-        let resp = raw(p.data, request.as_bytes()).await;
+        let mut s = TcpStream::connect(p.data).await.unwrap();
+        let resp = send(&mut s, &request, paused).await;
         assert_eq!(status_of(&resp), "400", "{request:?} -> {resp}");
-        assert_at_most(&rec.received(), "/bad", "");
+        assert_eq!(rec.received(), "", "bytes reached the backend");
         let want = Counts {
             host_4xx: n as u64 + 1,
             host_5xx: 0,
@@ -300,15 +340,14 @@ async fn an_invalid_chunk_size_is_the_clients_400_on_a_connection_from_the_fast_
 #[tokio::test]
 async fn an_invalid_chunk_size_is_the_clients_400_when_hyper_serves_the_connection() {
     let (p, rec) = setup().await;
-    for (n, request) in malformed_chunked().iter().enumerate() {
+    for (n, (request, paused)) in malformed_sends().enumerate() {
         let mut s = TcpStream::connect(p.data).await.unwrap();
         let first = exchange(&mut s, chunked_post().as_bytes(), Some("ok")).await;
         assert_eq!(status_of(&first), "200", "{first}");
         let before = rec.received();
-        let resp = exchange(&mut s, request.as_bytes(), None).await;
+        let resp = send(&mut s, &request, paused).await;
         assert_eq!(status_of(&resp), "400", "{request:?} -> {resp}");
-        let after = rec.received();
-        assert_at_most(&after[before.len()..], "/bad", "");
+        assert_eq!(rec.received(), before, "bytes reached the backend");
         let want = Counts {
             host_4xx: n as u64 + 1,
             host_5xx: 0,
@@ -358,4 +397,138 @@ async fn an_invalid_chunk_size_after_valid_chunks_is_the_clients_400() {
     assert_at_most(&received, "/late", "5\r\nhello\r\n");
     want.host_4xx = 2;
     assert_eq!(counts(&p).await, want);
+}
+
+/// Waits (bounded) until `rec` has received a text ending with `end`.
+async fn wait_for_end(rec: &Recorder, end: &str) {
+    for _ in 0..100 {
+        if rec.received().ends_with(end) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The body of the one request `received` holds (what follows its head).
+fn body_of(received: &str) -> &str {
+    received
+        .split_once("\r\n\r\n")
+        .map_or("<no head>", |(_, body)| body)
+}
+
+#[tokio::test]
+async fn a_mirror_receives_the_chunked_body_the_backend_receives_and_nothing_of_an_invalid_one() {
+    let rec = Recorder::start().await;
+    let mirror = Recorder::start().await;
+    let p = proxy_to(
+        &rec,
+        json!({ "filters": [{ "type": "RequestMirror",
+                              "backend": backend("ns/mirror:80", &mirror.addr.to_string()) }] }),
+    )
+    .await;
+    let body = "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    let request =
+        format!("POST /m HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+    let resp = raw(p.data, request.as_bytes()).await;
+    assert_eq!(status_of(&resp), "200", "{resp}");
+    wait_for_end(&mirror, "0\r\n\r\n").await;
+    let (primary, copy) = (rec.received(), mirror.received());
+    assert!(primary.starts_with("POST /m HTTP/1.1\r\n"), "{primary:?}");
+    assert!(copy.starts_with("POST /m HTTP/1.1\r\n"), "{copy:?}");
+    // the same chunks, however hyper's client framed them
+    let data = |body: &str| {
+        let mut data = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size, 16).unwrap();
+            data.push_str(&tail[..size]);
+            rest = &tail[size + 2..];
+        }
+        data
+    };
+    assert_eq!(data(body_of(&primary)), "hello world", "{primary:?}");
+    assert_eq!(data(body_of(&copy)), "hello world", "{copy:?}");
+    for (request, paused) in malformed_sends() {
+        rec.received.lock().unwrap().clear();
+        mirror.received.lock().unwrap().clear();
+        let mut s = TcpStream::connect(p.data).await.unwrap();
+        let resp = send(&mut s, &request, paused).await;
+        assert_eq!(status_of(&resp), "400", "{request:?} -> {resp}");
+        assert_eq!(rec.received(), "", "bytes reached the backend");
+        assert_eq!(mirror.received(), "", "bytes reached the mirror");
+    }
+    let want = Counts {
+        host_4xx: 4,
+        host_5xx: 0,
+        host_backend_errors: 0,
+        unmatched_4xx: 0,
+    };
+    assert_eq!(counts(&p).await, want);
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_reaches_the_backend() {
+    let (p, rec) = setup().await;
+    let head = |framing: &str| {
+        format!("POST /e HTTP/1.1\r\nHost: {HOST}\r\nExpect: 100-continue\r\n{framing}\r\n")
+    };
+    let chunked = head("Transfer-Encoding: chunked\r\n");
+    // chunked: 100 first; the head waits in the proxy for the first chunk
+    let mut s = TcpStream::connect(p.data).await.unwrap();
+    let cont = exchange(&mut s, chunked.as_bytes(), Some("\r\n\r\n")).await;
+    assert_eq!(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+    assert_eq!(rec.received(), "", "the head went ahead of the body");
+    let resp = exchange(&mut s, b"5\r\nhello\r\n0\r\n\r\n", Some("ok")).await;
+    assert_eq!(status_of(&resp), "200", "{resp}");
+    let received = rec.received();
+    assert!(received.starts_with("POST /e HTTP/1.1\r\n"), "{received:?}");
+    assert!(
+        received.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        "{received:?}"
+    );
+    // chunked, the first chunk invalid: 400, and nothing reaches the backend
+    rec.received.lock().unwrap().clear();
+    let mut s = TcpStream::connect(p.data).await.unwrap();
+    let cont = exchange(&mut s, chunked.as_bytes(), Some("\r\n\r\n")).await;
+    assert_eq!(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+    let resp = exchange(&mut s, b"zz\r\nhello\r\n0\r\n\r\n", None).await;
+    assert_eq!(status_of(&resp), "400", "{resp}");
+    assert_eq!(rec.received(), "", "bytes reached the backend");
+    // Content-Length bodies are not waited for: 100, then the body, as before
+    let mut s = TcpStream::connect(p.data).await.unwrap();
+    let cont = exchange(
+        &mut s,
+        head("Content-Length: 5\r\n").as_bytes(),
+        Some("\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(cont, "HTTP/1.1 100 Continue\r\n\r\n");
+    let resp = exchange(&mut s, b"hello", Some("ok")).await;
+    assert_eq!(status_of(&resp), "200", "{resp}");
+    let received = rec.received();
+    assert!(received.starts_with("POST /e HTTP/1.1\r\n"), "{received:?}");
+    assert!(received.ends_with("\r\n\r\nhello"), "{received:?}");
+    let want = Counts {
+        host_4xx: 1,
+        host_5xx: 0,
+        host_backend_errors: 0,
+        unmatched_4xx: 0,
+    };
+    assert_eq!(counts(&p).await, want);
+}
+
+#[tokio::test]
+async fn a_first_chunk_that_never_comes_gets_the_timeout_answer_without_a_backend_connection() {
+    let rec = Recorder::start().await;
+    let p = proxy_to(
+        &rec,
+        json!({ "timeouts": { "request": "5s", "backendRequest": "300ms" } }),
+    )
+    .await;
+    let head = format!("POST /t HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let mut s = TcpStream::connect(p.data).await.unwrap();
+    let resp = exchange(&mut s, head.as_bytes(), Some("\n")).await;
+    assert_eq!(status_of(&resp), "504", "{resp}");
+    assert_eq!(rec.received(), "", "bytes reached the backend");
+    assert_eq!(rec.connections.load(Ordering::Relaxed), 0);
 }
