@@ -1,11 +1,15 @@
-# The two commands a newcomer needs: `make demo` and `make test`. See README.md.
+# The two commands a newcomer needs: `make demo` and `make test`. See README.md; the developer
+# loop (`make unit`, `make doc`, `make deny`, `make udeps`) is in docs/development.md.
 SHELL := /bin/bash
 CARGO ?= cargo
 STATE_DIR ?= .state/demo
 # The demo and the binaries it starts (found next to it in target/debug).
 DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunnel-proxy -p tunnel-controller -p demo
 
-.PHONY: demo demo-check test lint fuzz-smoke fuzz control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
+# Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
+TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
+
+.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -19,11 +23,16 @@ demo-check: control-plane
 	$(CARGO) build --quiet $(DEMO_PACKAGES)
 	./target/debug/demo --state-dir $(STATE_DIR) --check
 
-## test: everything: formatting, clippy, unit, integration and e2e tests against real clusters,
-## then a short run of every fuzz target.
-test: lint control-plane
+## test: everything (what CI runs): formatting, clippy, docs, cargo-deny, unused dependencies, then
+## unit, integration and e2e tests against real clusters, then a short run of every fuzz target.
+test: lint doc deny udeps control-plane
 	$(CARGO) test --workspace --locked
 	$(MAKE) --no-print-directory fuzz-smoke
+
+## unit: every test that needs no cluster (unit and doc tests of all crates, and the integration
+## test binaries scripts/unit-tests.py lists as cluster-free). `make unit ARGS=name` filters.
+unit:
+	CARGO=$(CARGO) python3 scripts/unit-tests.py -- $(ARGS)
 
 lint:
 	$(CARGO) fmt --all --check
@@ -36,6 +45,20 @@ fuzz-smoke:
 
 fuzz:
 	bash scripts/fuzz.sh long
+
+## doc: the API docs, private items included (intra-doc links are how the code is navigated);
+## any rustdoc warning, such as a broken link, fails. Open target/doc/<crate>/index.html.
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --document-private-items --locked
+
+## deny: licenses, duplicate versions and sources of every dependency (deny.toml says why
+## advisories are not checked).
+deny:
+	$(call TOOL,cargo-deny) $(CARGO) deny --locked check licenses bans sources
+
+## udeps: dependencies declared in a Cargo.toml but never used (cargo-machete).
+udeps:
+	$(call TOOL,cargo-machete) $(CARGO) machete
 
 ## control-plane: build (once, cached by version) kube-apiserver, kube-controller-manager, kubectl, etcd.
 control-plane:
