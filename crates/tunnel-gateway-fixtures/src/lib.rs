@@ -2,7 +2,7 @@
 //! assemble it: the install of the class (namespace, Secrets, the shared plane's headless config
 //! Service, GatewayClassConfig, GatewayClass and the install's RBAC), EndpointSlices that point
 //! the API server's Services at local ports, and the controller binary's arguments as the
-//! install's ServiceAccount. With the `in-process` feature, [`in_process`] starts the parts the
+//! install's ServiceAccount. With the `in-process` feature, `in_process` starts the parts the
 //! tests and the benchmark run in their own process.
 //!
 //! The API server refuses loopback IPs in EndpointSlices; the slices here use the FQDN `127.1`,
