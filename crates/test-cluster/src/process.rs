@@ -50,17 +50,26 @@ impl ManagedProcess {
         args: &[String],
         log_path: &Path,
     ) -> Result<Self, Error> {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        Self::spawn_command(name, cmd, log_path)
+    }
+
+    /// Starts a prepared `cmd` (its program, arguments, environment, working directory and any
+    /// `pre_exec` steps as the caller set them), stdout and stderr appended to `log_path`.
+    pub(crate) fn spawn_command(
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<Self, Error> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(log_path)
             .map_err(|e| Error::io(log_path, e))?;
         let log_err = log.try_clone().map_err(|e| Error::io(log_path, e))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
+        let program = PathBuf::from(cmd.get_program());
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
         set_parent_death_signal(&mut cmd);
 
         let (tx, rx) = mpsc::channel();
@@ -72,10 +81,7 @@ impl ManagedProcess {
         let child = rx
             .recv()
             .expect("spawner thread replies")
-            .map_err(|source| Error::Spawn {
-                program: program.to_owned(),
-                source,
-            })?;
+            .map_err(|source| Error::Spawn { program, source })?;
         tracing::debug!(name, pid = child.id(), log = %log_path.display(), "started");
         Ok(Self {
             name: name.to_owned(),
@@ -107,6 +113,14 @@ impl ManagedProcess {
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
         tail_file(&self.log_path, lines)
+    }
+
+    /// Sends `signal` to the process unless it has already been reaped.
+    pub fn signal(&mut self, signal: nix::sys::signal::Signal) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
     }
 
     /// Kills the process (SIGKILL) and reaps it.
