@@ -6,6 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::apiserver::{ApiServer, wait_ready};
 use crate::kubeconfig;
+use crate::node::{NodeAgent, NodeSpec};
 use crate::pki::{ADMIN_USER, CertKey, ClusterPki};
 use crate::process::{ManagedProcess, free_port};
 use crate::{Binaries, Error};
@@ -18,6 +19,8 @@ pub struct ClusterSpec {
     pub ha: bool,
     /// kube-controller-manager with the garbage collector and the namespace controller.
     pub controller_manager: bool,
+    /// A node agent running this cluster's Pods as local processes.
+    pub node: Option<NodeSpec>,
 }
 
 impl ClusterSpec {
@@ -27,6 +30,7 @@ impl ClusterSpec {
             name: name.into(),
             ha: false,
             controller_manager: false,
+            node: None,
         }
     }
 
@@ -41,6 +45,12 @@ impl ClusterSpec {
         self.controller_manager = true;
         self
     }
+
+    /// Adds a node agent (see [`NodeAgent`]) that binds and runs this cluster's Pods.
+    pub fn node(mut self, node: NodeSpec) -> Self {
+        self.node = Some(node);
+        self
+    }
 }
 
 /// A running cluster.
@@ -51,6 +61,7 @@ pub struct Cluster {
     bins: Binaries,
     servers: Vec<Mutex<ApiServer>>,
     controller_manager: Mutex<Option<ManagedProcess>>,
+    node: Option<NodeAgent>,
 }
 
 impl Cluster {
@@ -71,13 +82,14 @@ impl Cluster {
                 ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix).map(Mutex::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let cluster = Self {
+        let mut cluster = Self {
             name: spec.name.clone(),
             dir,
             pki,
             bins: bins.clone(),
             servers,
             controller_manager: Mutex::new(None),
+            node: None,
         };
         for i in 0..count {
             cluster.servers[i]
@@ -92,6 +104,11 @@ impl Cluster {
         }
         if spec.controller_manager {
             cluster.start_controller_manager()?;
+        }
+        if let Some(node) = &spec.node {
+            let kubeconfig = cluster.kubeconfig_yaml(0, ADMIN_USER, &cluster.pki.admin()?);
+            let dir = cluster.dir.join("node");
+            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir).await?);
         }
         Ok(cluster)
     }
@@ -126,6 +143,11 @@ impl Cluster {
     /// The cluster's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The node agent, when the cluster was started with one.
+    pub fn node(&self) -> Option<&NodeAgent> {
+        self.node.as_ref()
     }
 
     /// The cluster's directory (PKI, kubeconfigs, logs).

@@ -26,6 +26,7 @@ pub mod gateway_api;
 pub mod kubeconfig;
 pub mod manifests;
 pub mod netns;
+pub mod node;
 pub mod pki;
 mod process;
 

@@ -1,0 +1,617 @@
+//! One Pod on the node: its network namespace, a process per container, its status, and its
+//! graceful deletion.
+//!
+//! A worker owns everything of its Pod (the [`PodNetwork`], the [`ManagedProcess`]es), so
+//! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Event, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::{Context, now};
+use crate::netns::{GATEWAY, PodNetwork};
+use crate::process::ManagedProcess;
+
+/// How often a worker looks at its processes.
+const POLL: Duration = Duration::from_millis(200);
+/// The longest crash-loop back-off, as the kubelet's.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Where a container's output goes, under the agent's directory.
+pub(super) fn log_path(dir: &Path, namespace: &str, pod: &str, container: &str) -> PathBuf {
+    dir.join("pods")
+        .join(format!("{namespace}_{pod}"))
+        .join(format!("{container}.log"))
+}
+
+enum State {
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        process: ManagedProcess,
+        started: String,
+    },
+    Terminated {
+        exit_code: i32,
+        signal: Option<i32>,
+        started: String,
+        finished: String,
+    },
+}
+
+struct ContainerRun {
+    spec: Container,
+    state: State,
+    /// The state before the last restart (`lastState`).
+    last: Option<Value>,
+    restarts: i32,
+    /// When a container waiting in back-off starts again.
+    restart_at: Option<Instant>,
+    /// Whether it ever ran (an `ErrImagePull` container never does).
+    ever_started: bool,
+}
+
+struct Worker {
+    context: Arc<Context>,
+    pod: Pod,
+    namespace: String,
+    name: String,
+    uid: String,
+    net: Option<PodNetwork>,
+    containers: Vec<ContainerRun>,
+    start_time: String,
+    reported: Option<Value>,
+}
+
+/// Runs the Pod `rx` carries until it is gone (`None`) or deleted.
+pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Pod>>) {
+    let Some(pod) = rx.borrow_and_update().clone() else {
+        return;
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        // Finished before this agent saw it: nothing to run, only its deletion to complete.
+        if pod.metadata.deletion_timestamp.is_some() {
+            delete_now(&context, &namespace, &name, &uid).await;
+        }
+        return;
+    }
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|spec| ContainerRun {
+            spec,
+            state: State::Waiting {
+                reason: "ContainerCreating".into(),
+                message: String::new(),
+            },
+            last: None,
+            restarts: 0,
+            restart_at: Some(Instant::now()),
+            ever_started: false,
+        })
+        .collect();
+    let mut worker = Worker {
+        context,
+        pod,
+        namespace,
+        name,
+        uid,
+        net: None,
+        containers,
+        start_time: now(),
+        reported: None,
+    };
+    worker.drive(&mut rx).await;
+}
+
+impl Worker {
+    async fn drive(&mut self, rx: &mut watch::Receiver<Option<Pod>>) {
+        match self
+            .context
+            .world
+            .add_pod(&format!("{}-{}", self.namespace, self.name))
+        {
+            Ok(net) => self.net = Some(net),
+            Err(e) => {
+                let message = format!("creating the pod's network namespace: {e}");
+                self.event("Warning", "FailedCreatePodSandBox", &message)
+                    .await;
+                for c in &mut self.containers {
+                    c.restart_at = None;
+                    c.state = State::Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: message.clone(),
+                    };
+                }
+            }
+        }
+        loop {
+            if self.pod.metadata.deletion_timestamp.is_some() {
+                self.terminate().await;
+                delete_now(&self.context, &self.namespace, &self.name, &self.uid).await;
+                return;
+            }
+            self.step().await;
+            self.report().await;
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    match rx.borrow_and_update().clone() {
+                        Some(pod) => self.pod = pod,
+                        // Removed without a graceful deletion: everything goes at once.
+                        None => return,
+                    }
+                }
+                () = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    /// Starts containers that are due, notices the ones that exited, applies the restart policy.
+    async fn step(&mut self) {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        for i in 0..self.containers.len() {
+            if let State::Running { process, started } = &mut self.containers[i].state
+                && let Some(status) = process.exited()
+            {
+                use std::os::unix::process::ExitStatusExt;
+                let state = State::Terminated {
+                    exit_code: status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+                    signal: status.signal(),
+                    started: started.clone(),
+                    finished: now(),
+                };
+                let c = &mut self.containers[i];
+                c.state = state;
+                let failed =
+                    matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0);
+                if policy == "Always" || (policy == "OnFailure" && failed) {
+                    // The first restart is at once; then 10 s, doubling up to 5 minutes.
+                    let backoff = if c.restarts == 0 {
+                        Duration::ZERO
+                    } else {
+                        (Duration::from_secs(10) * 2u32.saturating_pow(c.restarts as u32 - 1))
+                            .min(MAX_BACKOFF)
+                    };
+                    c.restart_at = Some(Instant::now() + backoff);
+                    if !backoff.is_zero() {
+                        c.last = Some(state_json(&c.state));
+                        c.state = State::Waiting {
+                            reason: "CrashLoopBackOff".into(),
+                            message: format!(
+                                "back-off {}s restarting failed container={} pod={}_{}({})",
+                                backoff.as_secs(),
+                                c.spec.name,
+                                self.name,
+                                self.namespace,
+                                self.uid
+                            ),
+                        };
+                    }
+                }
+            }
+            let due = self.containers[i]
+                .restart_at
+                .is_some_and(|at| at <= Instant::now());
+            if due && self.net.is_some() {
+                self.start_container(i).await;
+            }
+        }
+    }
+
+    async fn start_container(&mut self, i: usize) {
+        let c = &mut self.containers[i];
+        c.restart_at = None;
+        if c.ever_started {
+            if matches!(c.state, State::Terminated { .. }) {
+                c.last = Some(state_json(&c.state));
+            }
+            c.restarts += 1;
+        }
+        let container = c.spec.name.clone();
+        let image = c.spec.image.clone().unwrap_or_default();
+        let Some(executable) = self.context.spec.images.get(&image).cloned() else {
+            let known: Vec<&str> = self
+                .context
+                .spec
+                .images
+                .keys()
+                .map(String::as_str)
+                .collect();
+            let message = format!(
+                "image {image:?} is not in this node's image map (it knows: {}); no image is pulled",
+                known.join(", ")
+            );
+            self.event(
+                "Warning",
+                "Failed",
+                &format!("Failed to pull image {image:?}: {message}"),
+            )
+            .await;
+            self.containers[i].state = State::Waiting {
+                reason: "ErrImagePull".into(),
+                message,
+            };
+            return;
+        };
+        let cmd = match self.command(i, &executable) {
+            Ok(cmd) => cmd,
+            Err(message) => {
+                self.event("Warning", "Failed", &format!("Error: {message}"))
+                    .await;
+                self.containers[i].state = State::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                };
+                return;
+            }
+        };
+        let log = log_path(&self.context.dir, &self.namespace, &self.name, &container);
+        let net = self.net.as_ref().expect("started only with a network");
+        let spawned = log
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(|e| crate::Error::io(&log, e))
+            .and_then(|()| {
+                net.spawn(
+                    &format!("{}/{}/{container}", self.namespace, self.name),
+                    cmd,
+                    &log,
+                )
+            });
+        match spawned {
+            Ok(process) => {
+                self.event(
+                    "Normal",
+                    "Started",
+                    &format!("Started container {container}"),
+                )
+                .await;
+                let c = &mut self.containers[i];
+                c.ever_started = true;
+                c.state = State::Running {
+                    process,
+                    started: now(),
+                };
+            }
+            Err(e) => {
+                let message = e.to_string();
+                self.event("Warning", "Failed", &format!("Error: {message}"))
+                    .await;
+                let c = &mut self.containers[i];
+                c.ever_started = true;
+                c.state = State::Terminated {
+                    exit_code: 128,
+                    signal: None,
+                    started: now(),
+                    finished: now(),
+                };
+                c.restart_at = Some(Instant::now() + Duration::from_secs(10));
+            }
+        }
+    }
+
+    /// The container's command line and environment: the image's executable stands in for the
+    /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
+    /// `command` and then `args` follow.
+    fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
+        let spec = &self.containers[i].spec;
+        if spec.working_dir.is_some() {
+            return Err("workingDir is not supported by this node yet".into());
+        }
+        if spec.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+            return Err("envFrom is not supported by this node yet".into());
+        }
+        if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err("volumes are not supported by this node yet".into());
+        }
+        let mut cmd = Command::new(executable);
+        if let Some(command) = &spec.command {
+            if let Some(first) = command.first() {
+                std::os::unix::process::CommandExt::arg0(&mut cmd, first);
+            }
+            cmd.args(command.iter().skip(1));
+        }
+        cmd.args(spec.args.iter().flatten());
+        cmd.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("HOSTNAME", &self.name);
+        for var in spec.env.iter().flatten() {
+            let value = match (&var.value, &var.value_from) {
+                (_, Some(from)) => match &from.field_ref {
+                    Some(field) => self.field(&field.field_path)?,
+                    None => {
+                        return Err(format!(
+                            "env {}: only value and fieldRef are supported by this node yet",
+                            var.name
+                        ));
+                    }
+                },
+                (value, None) => value.clone().unwrap_or_default(),
+            };
+            cmd.env(&var.name, value);
+        }
+        let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
+            .with_extension("d");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        cmd.current_dir(dir);
+        Ok(cmd)
+    }
+
+    /// A downward API field.
+    fn field(&self, path: &str) -> Result<String, String> {
+        let meta = &self.pod.metadata;
+        let from_map = |map: &Option<BTreeMap<String, String>>, key: &str| {
+            map.as_ref()
+                .and_then(|m| m.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let key = |prefix: &str| {
+            path.strip_prefix(prefix)
+                .and_then(|k| k.strip_suffix("']"))
+                .map(str::to_owned)
+        };
+        Ok(match path {
+            "metadata.name" => self.name.clone(),
+            "metadata.namespace" => self.namespace.clone(),
+            "metadata.uid" => self.uid.clone(),
+            "spec.nodeName" => self.context.spec.name.clone(),
+            "spec.serviceAccountName" => self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+            "status.podIP" => self.pod_ip(),
+            "status.hostIP" => GATEWAY.to_string(),
+            _ => {
+                if let Some(k) = key("metadata.labels['") {
+                    from_map(&meta.labels, &k)
+                } else if let Some(k) = key("metadata.annotations['") {
+                    from_map(&meta.annotations, &k)
+                } else {
+                    return Err(format!("fieldRef {path} is not supported by this node yet"));
+                }
+            }
+        })
+    }
+
+    fn pod_ip(&self) -> String {
+        self.net
+            .as_ref()
+            .map(|n| n.ip().to_string())
+            .unwrap_or_default()
+    }
+
+    /// SIGTERM to every running container, up to the grace period for them to exit, SIGKILL.
+    async fn terminate(&mut self) {
+        let grace = self
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| {
+                self.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30)
+            .max(0);
+        let deadline = Instant::now() + Duration::from_secs(grace as u64);
+        for c in &mut self.containers {
+            c.restart_at = None;
+            if let State::Running { process, .. } = &mut c.state {
+                process.signal(Signal::SIGTERM);
+            }
+        }
+        if let Some(container) = self.containers.first() {
+            let message = format!("Stopping container {}", container.spec.name);
+            self.event("Normal", "Killing", &message).await;
+        }
+        loop {
+            let running = self.containers.iter_mut().any(|c| match &mut c.state {
+                State::Running { process, .. } => process.exited().is_none(),
+                _ => false,
+            });
+            if !running || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for c in &mut self.containers {
+            if let State::Running { process, .. } = &mut c.state {
+                process.kill();
+            }
+        }
+    }
+
+    async fn report(&mut self) {
+        let status = self.status();
+        if self.reported.as_ref() == Some(&status) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        match api
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => self.reported = Some(status),
+            Err(e) => tracing::warn!(pod = %self.name, error = %e, "reporting pod status"),
+        }
+    }
+
+    fn status(&self) -> Value {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always");
+        let ready = |c: &ContainerRun| matches!(c.state, State::Running { .. });
+        let all_ready = !self.containers.is_empty() && self.containers.iter().all(ready);
+        let terminated: Vec<i32> = self
+            .containers
+            .iter()
+            .filter_map(|c| match c.state {
+                State::Terminated { exit_code, .. } if c.restart_at.is_none() => Some(exit_code),
+                _ => None,
+            })
+            .collect();
+        let all_done = !self.containers.is_empty() && terminated.len() == self.containers.len();
+        let phase = if all_done && policy != "Always" {
+            if terminated.iter().all(|code| *code == 0) {
+                "Succeeded"
+            } else {
+                "Failed"
+            }
+        } else if self.containers.iter().any(|c| c.ever_started) {
+            "Running"
+        } else {
+            "Pending"
+        };
+        let condition = |kind: &str, ok: bool| {
+            json!({"type": kind, "status": if ok { "True" } else { "False" },
+                   "lastTransitionTime": self.start_time})
+        };
+        let ip = self.pod_ip();
+        let statuses: Vec<Value> = self
+            .containers
+            .iter()
+            .map(|c| {
+                let mut s = json!({
+                    "name": c.spec.name,
+                    "image": c.spec.image.clone().unwrap_or_default(),
+                    "imageID": "",
+                    "ready": ready(c),
+                    "started": ready(c),
+                    "restartCount": c.restarts,
+                    "state": state_json(&c.state),
+                    "lastState": c.last.clone().unwrap_or_else(|| json!({})),
+                });
+                if let State::Running { process, .. } = &c.state {
+                    s["containerID"] = json!(format!("process://{}", process.pid()));
+                }
+                s
+            })
+            .collect();
+        let mut status = json!({
+            "phase": phase,
+            "hostIP": GATEWAY.to_string(),
+            "hostIPs": [{"ip": GATEWAY.to_string()}],
+            "startTime": self.start_time,
+            "conditions": [
+                condition("PodReadyToStartContainers", self.net.is_some()),
+                condition("Initialized", true),
+                condition("Ready", all_ready),
+                condition("ContainersReady", all_ready),
+                condition("PodScheduled", true),
+            ],
+            "containerStatuses": statuses,
+        });
+        if !ip.is_empty() {
+            status["podIP"] = json!(ip);
+            status["podIPs"] = json!([{ "ip": ip }]);
+        }
+        status
+    }
+
+    async fn event(&self, kind: &str, reason: &str, message: &str) {
+        let api: Api<Event> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let now = now();
+        let event = json!({
+            "metadata": {"generateName": format!("{}.", self.name)},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": self.namespace,
+                               "name": self.name, "uid": self.uid},
+            "type": kind, "reason": reason, "message": message,
+            "source": {"component": "kubelet", "host": self.context.spec.name},
+            "reportingComponent": "kubelet", "reportingInstance": self.context.spec.name,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        });
+        let created = match serde_json::from_value::<Event>(event) {
+            Ok(event) => api.create(&PostParams::default(), &event).await.err(),
+            Err(e) => Some(kube::Error::SerdeError(e)),
+        };
+        if let Some(e) = created {
+            tracing::warn!(pod = %self.name, reason, error = %e, "recording an event");
+        }
+    }
+}
+
+fn state_json(state: &State) -> Value {
+    match state {
+        State::Waiting { reason, message } => {
+            json!({"waiting": {"reason": reason, "message": message}})
+        }
+        State::Running { started, .. } => json!({"running": {"startedAt": started}}),
+        State::Terminated {
+            exit_code,
+            signal,
+            started,
+            finished,
+        } => {
+            let mut t = json!({
+                "exitCode": exit_code,
+                "reason": if *exit_code == 0 { "Completed" } else { "Error" },
+                "startedAt": started,
+                "finishedAt": finished,
+            });
+            if let Some(signal) = signal {
+                t["signal"] = json!(signal);
+            }
+            json!({ "terminated": t })
+        }
+    }
+}
+
+/// Removes the Pod object now that its containers are gone (grace 0, this very Pod only).
+async fn delete_now(context: &Context, namespace: &str, name: &str, uid: &str) {
+    let api: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => tracing::warn!(%namespace, %name, error = %e, "deleting a terminated pod"),
+    }
+}

@@ -1,0 +1,400 @@
+//! The node agent against a real kube-apiserver: a Node with its Lease, Pods bound and run as
+//! processes in their own network namespaces, their status, image and restart failures, and
+//! graceful deletion.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use serde_json::json;
+use test_cluster::node::NodeSpec;
+use test_cluster::{ClusterSpec, ControlPlane, ControlPlaneBuilder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_kt-test-server");
+const NODE: &str = "kt-node";
+
+fn spec() -> ControlPlaneBuilder {
+    ControlPlane::builder().cluster(
+        ClusterSpec::new("node").node(
+            NodeSpec::new(NODE)
+                .image("kt-test-server", SERVER)
+                .image("shell", "/bin/sh"),
+        ),
+    )
+}
+
+fn cp() -> &'static ControlPlane {
+    test_cluster::install_crypto_provider();
+    test_cluster::shared(spec)
+}
+
+async fn namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = test_cluster::unique_name(prefix);
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    name
+}
+
+async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Polls the Pod until `done` holds; panics with its last status after `timeout`.
+async fn wait_pod(
+    api: &Api<Pod>,
+    name: &str,
+    timeout: Duration,
+    done: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pod = api.get(name).await.unwrap();
+        if done(&pod) {
+            return pod;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "pod {name} did not get there in {timeout:?}; status: {}",
+                serde_json::to_string_pretty(&pod.status).unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn status_json(pod: &Pod) -> serde_json::Value {
+    serde_json::to_value(&pod.status).unwrap()
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let world = cp().cluster("node").node().unwrap().world();
+    let mut stream = world.connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+fn server_pod(name: &str, grace: i64) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "web",
+                "image": "kt-test-server",
+                "env": [
+                    {"name": "PORT", "value": "8080"},
+                    {"name": "IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "MY_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                    {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "MY_APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                ],
+            }],
+        },
+    })
+}
+
+#[tokio::test]
+async fn node_registers_with_a_lease() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    let status = node.status.unwrap();
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    let addresses = status.addresses.unwrap();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == "10.244.0.1")
+    );
+    assert!(status.capacity.unwrap().contains_key("pods"));
+    let lease = Api::<Lease>::namespaced(client, "kube-node-lease")
+        .get(NODE)
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
+    assert!(spec.renew_time.is_some());
+}
+
+#[tokio::test]
+async fn a_pod_runs_on_its_own_address_and_stops_gracefully() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "run").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let created = create_pod(&pods, server_pod("web", 5)).await;
+    let uid = created.metadata.uid.unwrap();
+    let pod = wait_pod(&pods, "web", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await;
+    assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some(NODE));
+    let status = status_json(&pod);
+    let ip: std::net::Ipv4Addr = status["podIP"].as_str().unwrap().parse().unwrap();
+    assert_eq!(ip.octets()[..3], [10, 244, 0], "{status}");
+    assert_eq!(status["podIPs"][0]["ip"], status["podIP"]);
+    for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        let c = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} condition: {status}"));
+        assert_eq!(c["status"], "True", "{kind}: {status}");
+    }
+    let container = &status["containerStatuses"][0];
+    assert_eq!(container["name"], "web");
+    assert_eq!(container["ready"], true);
+    assert_eq!(container["restartCount"], 0);
+    assert!(
+        container["state"]["running"]["startedAt"].is_string(),
+        "{status}"
+    );
+    let pid: u32 = container["containerID"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("process://")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Served on the pod's address, from inside the private namespace, with the downward API.
+    let addr = SocketAddr::from((ip, 8080));
+    let mut body = String::new();
+    for _ in 0..50 {
+        match http_get(addr, "/env").await {
+            Ok(b) => {
+                body = b;
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(body.contains("\r\n\r\nweb\n/env\n"), "{body}");
+    for expected in [
+        format!("MY_NAMESPACE={ns}\n"),
+        format!("MY_UID={uid}\n"),
+        format!("MY_POD_IP={ip}\n"),
+        format!("MY_NODE={NODE}\n"),
+        "MY_APP=web\n".to_owned(),
+        "HOSTNAME=web\n".to_owned(),
+    ] {
+        assert!(body.contains(&expected), "{expected:?} not in {body}");
+    }
+
+    // Deletion: SIGTERM (the server says so in its log), then the object goes.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while pods.get_opt("web").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "web", "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the container's process {pid} is still there"
+    );
+}
+
+#[tokio::test]
+async fn a_stubborn_process_is_killed_after_its_grace_period() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "stubborn").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "stubborn"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "command": ["/bin/sh", "-c", "trap 'echo ignoring TERM' TERM; while :; do sleep 0.1; done"],
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "stubborn", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let id = status_json(&pod)["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pid = id.strip_prefix("process://").unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    while pods.get_opt("stubborn").await.unwrap().is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "stubborn", "main");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("ignoring TERM"), "{log}");
+}
+
+#[tokio::test]
+async fn an_unmapped_image_is_err_image_pull_with_an_event() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "pull").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "nope"},
+            "spec": {"containers": [{"name": "main", "image": "registry.invalid/nope:1"}]},
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "nope", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    let message = status["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("registry.invalid/nope:1"), "{message}");
+    assert!(message.contains("kt-test-server"), "{message}");
+    assert_eq!(status["containerStatuses"][0]["ready"], false);
+    let events = Api::<Event>::namespaced(client, &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Failed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.involved_object.name.as_deref() == Some("nope")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("registry.invalid/nope:1"))),
+        "{:?}",
+        events.items
+    );
+    pods.delete("nope", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn exit_codes_set_the_phase_and_a_crash_loop_backs_off() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "exit").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let shell = |name: &str, policy: &str, script: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": policy,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", script]}],
+            },
+        })
+    };
+    create_pod(&pods, shell("ok", "Never", "exit 0")).await;
+    create_pod(&pods, shell("bad", "Never", "exit 3")).await;
+    create_pod(&pods, shell("loop", "Always", "exit 1")).await;
+    wait_pod(&pods, "ok", Duration::from_secs(30), |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let bad = wait_pod(&pods, "bad", Duration::from_secs(30), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let bad = status_json(&bad);
+    assert_eq!(
+        bad["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3,
+        "{bad}"
+    );
+    assert_eq!(
+        bad["containerStatuses"][0]["state"]["terminated"]["reason"], "Error",
+        "{bad}"
+    );
+    let looping = wait_pod(&pods, "loop", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    let looping = status_json(&looping);
+    let container = &looping["containerStatuses"][0];
+    assert!(
+        container["restartCount"].as_i64().unwrap() >= 1,
+        "{looping}"
+    );
+    assert_eq!(
+        container["lastState"]["terminated"]["exitCode"], 1,
+        "{looping}"
+    );
+    for name in ["ok", "bad", "loop"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}
