@@ -398,3 +398,120 @@ async fn exit_codes_set_the_phase_and_a_crash_loop_backs_off() {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
 }
+
+fn probed_pod(name: &str, probes: serde_json::Value) -> serde_json::Value {
+    let mut pod = server_pod(name, 2);
+    let container = &mut pod["spec"]["containers"][0];
+    container["ports"] = json!([{"name": "http", "containerPort": 8080}]);
+    for (k, v) in probes.as_object().unwrap() {
+        container[k] = v.clone();
+    }
+    pod
+}
+
+fn condition(pod: &Pod, kind: &str) -> String {
+    status_json(pod)["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn events_of(client: &kube::Client, ns: &str, pod: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .collect()
+}
+
+#[tokio::test]
+async fn readiness_probes_decide_ready() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "ready").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let http = json!({"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1}});
+    let closed = json!({"readinessProbe": {"tcpSocket": {"port": 9999}, "periodSeconds": 1}});
+    create_pod(&pods, probed_pod("http", http)).await;
+    create_pod(&pods, probed_pod("closed", closed)).await;
+    wait_pod(&pods, "http", Duration::from_secs(30), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = events_of(&client, &ns, "closed").await;
+        if events.iter().any(|e| {
+            e.reason.as_deref() == Some("Unhealthy")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("Readiness probe failed"))
+        }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Unhealthy event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let closed = pods.get("closed").await.unwrap();
+    assert_eq!(phase(&closed), "Running");
+    assert_eq!(condition(&closed, "Ready"), "False");
+    assert_eq!(condition(&closed, "ContainersReady"), "False");
+    let status = status_json(&closed);
+    assert_eq!(status["containerStatuses"][0]["ready"], false, "{status}");
+    assert_eq!(status["containerStatuses"][0]["started"], true, "{status}");
+    for name in ["http", "closed"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "live").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let probes = json!({"livenessProbe": {
+        "httpGet": {"path": "/healthz", "port": 9999}, "periodSeconds": 1, "failureThreshold": 2,
+    }});
+    create_pod(&pods, probed_pod("sick", probes)).await;
+    let pod = wait_pod(&pods, "sick", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let status = status_json(&pod);
+    // Stopped with SIGTERM, which the server answers by exiting 0.
+    assert_eq!(
+        status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 0,
+        "{status}"
+    );
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "sick", "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    let events = events_of(&client, &ns, "sick").await;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("Killing")
+            && e.message.as_deref()
+                == Some("Container web failed liveness probe, will be restarted")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Unhealthy")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("Liveness probe failed"))),
+        "{events:?}"
+    );
+    pods.delete("sick", &DeleteParams::default()).await.unwrap();
+}

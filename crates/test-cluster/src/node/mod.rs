@@ -12,6 +12,7 @@
 //! and every process and namespace it made.
 
 mod pod;
+mod probe;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::probe::{self, Prober};
 use super::{Context, now};
 use crate::netns::{GATEWAY, PodNetwork};
 use crate::process::ManagedProcess;
@@ -60,6 +61,33 @@ struct ContainerRun {
     restart_at: Option<Instant>,
     /// Whether it ever ran (an `ErrImagePull` container never does).
     ever_started: bool,
+    /// The probes of the current run.
+    probes: Probes,
+}
+
+/// The probes of one container run, and a pending kill by a failed liveness or startup probe.
+#[derive(Default)]
+struct Probes {
+    startup: Option<Prober>,
+    readiness: Option<Prober>,
+    liveness: Option<Prober>,
+    /// When a container told to stop (SIGTERM) for a failed probe gets SIGKILL.
+    kill_at: Option<Instant>,
+}
+
+impl ContainerRun {
+    /// Running and past its startup probe.
+    fn started(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+            && self.probes.startup.as_ref().is_none_or(|p| p.passing)
+    }
+
+    /// Started, passing its readiness probe, and not being killed.
+    fn ready(&self) -> bool {
+        self.started()
+            && self.probes.kill_at.is_none()
+            && self.probes.readiness.as_ref().is_none_or(|p| p.passing)
+    }
 }
 
 struct Worker {
@@ -106,6 +134,7 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
             restarts: 0,
             restart_at: Some(Instant::now()),
             ever_started: false,
+            probes: Probes::default(),
         })
         .collect();
     let mut worker = Worker {
@@ -223,6 +252,79 @@ impl Worker {
             if due && self.net.is_some() {
                 self.start_container(i).await;
             }
+            self.probe(i).await;
+        }
+    }
+
+    /// Runs container `i`'s due probes; a failed liveness or startup probe stops the container
+    /// (SIGTERM, SIGKILL after the grace period) and the restart policy takes over.
+    async fn probe(&mut self, i: usize) {
+        let Some(ip) = self.net.as_ref().map(PodNetwork::ip) else {
+            return;
+        };
+        let world = Arc::clone(&self.context.world);
+        let pod_grace = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        let now = Instant::now();
+        let mut events = Vec::new();
+        let c = &mut self.containers[i];
+        let State::Running { process, .. } = &mut c.state else {
+            return;
+        };
+        if let Some(at) = c.probes.kill_at {
+            if at <= now {
+                process.kill();
+            }
+            return;
+        }
+        let name = c.spec.name.clone();
+        let mut kill = None;
+        if let Some(startup) = c.probes.startup.as_mut().filter(|p| !p.passing) {
+            if startup.due(now)
+                && let Err(message) = startup.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Startup probe failed: {message}")));
+                if startup.failed() {
+                    kill = Some(("startup", startup.termination_grace()));
+                }
+            }
+        } else {
+            if let Some(liveness) = c.probes.liveness.as_mut()
+                && liveness.due(now)
+                && let Err(message) = liveness.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Liveness probe failed: {message}")));
+                if liveness.failed() {
+                    kill = Some(("liveness", liveness.termination_grace()));
+                }
+            }
+            if let Some(readiness) = c.probes.readiness.as_mut()
+                && readiness.due(now)
+                && let Err(message) = readiness.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Readiness probe failed: {message}")));
+            }
+        }
+        if let Some((kind, grace)) = kill {
+            let grace = grace.unwrap_or(pod_grace).max(0) as u64;
+            process.signal(Signal::SIGTERM);
+            c.probes.kill_at = Some(Instant::now() + Duration::from_secs(grace));
+            events.push((
+                "Killing",
+                format!("Container {name} failed {kind} probe, will be restarted"),
+            ));
+        }
+        for (reason, message) in events {
+            let kind = if reason == "Killing" {
+                "Normal"
+            } else {
+                "Warning"
+            };
+            self.event(kind, reason, &message).await;
         }
     }
 
@@ -300,6 +402,13 @@ impl Worker {
                     process,
                     started: now(),
                 };
+                let at = Instant::now();
+                c.probes = Probes {
+                    startup: Prober::new(c.spec.startup_probe.as_ref(), at),
+                    readiness: Prober::new(c.spec.readiness_probe.as_ref(), at),
+                    liveness: Prober::new(c.spec.liveness_probe.as_ref(), at),
+                    kill_at: None,
+                };
             }
             Err(e) => {
                 let message = e.to_string();
@@ -331,6 +440,15 @@ impl Worker {
         }
         if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err("volumes are not supported by this node yet".into());
+        }
+        for p in [
+            &spec.startup_probe,
+            &spec.readiness_probe,
+            &spec.liveness_probe,
+        ] {
+            if let Some(message) = p.as_ref().and_then(probe::unsupported) {
+                return Err(message);
+            }
         }
         let mut cmd = Command::new(executable);
         if let Some(command) = &spec.command {
@@ -482,8 +600,8 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.restart_policy.as_deref())
             .unwrap_or("Always");
-        let ready = |c: &ContainerRun| matches!(c.state, State::Running { .. });
-        let all_ready = !self.containers.is_empty() && self.containers.iter().all(ready);
+        let all_ready =
+            !self.containers.is_empty() && self.containers.iter().all(ContainerRun::ready);
         let terminated: Vec<i32> = self
             .containers
             .iter()
@@ -517,8 +635,8 @@ impl Worker {
                     "name": c.spec.name,
                     "image": c.spec.image.clone().unwrap_or_default(),
                     "imageID": "",
-                    "ready": ready(c),
-                    "started": ready(c),
+                    "ready": c.ready(),
+                    "started": c.started(),
                     "restartCount": c.restarts,
                     "state": state_json(&c.state),
                     "lastState": c.last.clone().unwrap_or_else(|| json!({})),
