@@ -102,7 +102,7 @@ impl World {
         PathBuf::from(format!("/proc/{}/ns/net", self.holder.pid()))
     }
 
-    /// Pids of the processes holding this world's namespaces.
+    /// The pid of the process holding the world's namespace.
     pub fn holder_pid(&self) -> u32 {
         self.holder.pid()
     }

@@ -183,7 +183,7 @@ async fn run(
 }
 
 /// The Node's status as the agent reports it (also every heartbeat).
-fn node_status(name: &str) -> serde_json::Value {
+fn node_status(name: &str, since: &str) -> serde_json::Value {
     let now = now();
     json!({
         "status": {
@@ -193,7 +193,7 @@ fn node_status(name: &str) -> serde_json::Value {
                 "reason": "KubeletReady",
                 "message": "kube-tenancy test node agent is posting ready status",
                 "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
+                "lastTransitionTime": since,
             }],
             "addresses": [
                 {"type": "InternalIP", "address": GATEWAY.to_string()},
@@ -228,7 +228,7 @@ async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(node_status(name)),
+            &Patch::Merge(node_status(name, &now())),
         )
         .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -256,6 +256,7 @@ async fn renew(client: &kube::Client, name: &str) -> Result<(), Error> {
 /// Renews the Lease every 10 s and re-posts the Node's status every minute, as a kubelet does.
 async fn heartbeat(context: &Context) {
     let name = &context.spec.name;
+    let since = now();
     let nodes: Api<Node> = Api::all(context.client.clone());
     let mut tick = tokio::time::interval(Duration::from_secs(10));
     for n in 0u64.. {
@@ -268,7 +269,7 @@ async fn heartbeat(context: &Context) {
                 .patch_status(
                     name,
                     &PatchParams::default(),
-                    &Patch::Merge(node_status(name)),
+                    &Patch::Merge(node_status(name, &since)),
                 )
                 .await
         {
