@@ -19,7 +19,7 @@ const NODE: &str = "kt-node";
 
 fn spec() -> ControlPlaneBuilder {
     ControlPlane::builder().cluster(
-        ClusterSpec::new("node").node(
+        ClusterSpec::new("node").controller_manager().node(
             NodeSpec::new(NODE)
                 .image("kt-test-server", SERVER)
                 .image("shell", "/bin/sh"),
@@ -514,4 +514,61 @@ async fn a_failing_liveness_probe_restarts_the_container() {
         "{events:?}"
     );
     pods.delete("sick", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_namespace_with_running_pods_deletes_completely() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "gone").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(&pods, server_pod("one", 5)).await;
+    create_pod(&pods, server_pod("two", 5)).await;
+    let mut pids = Vec::new();
+    for name in ["one", "two"] {
+        let pod = wait_pod(&pods, name, Duration::from_secs(30), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+        let id = status_json(&pod)["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        pids.push(id.strip_prefix("process://").unwrap().to_owned());
+    }
+    // kubectl sees them on the node.
+    let wide = cluster
+        .kubectl_ok(&["get", "pods", "-n", &ns, "-o", "wide"])
+        .await
+        .unwrap();
+    assert!(wide.contains(NODE) && wide.contains("10.244.0."), "{wide}");
+
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while namespaces.get_opt(&ns).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "namespace {ns} is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid}"
+        );
+    }
+    for name in ["one", "two"] {
+        let log = cp()
+            .cluster("node")
+            .node()
+            .unwrap()
+            .container_log_path(&ns, name, "web");
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(log.contains("received SIGTERM"), "{log}");
+    }
 }
