@@ -572,3 +572,92 @@ async fn a_namespace_with_running_pods_deletes_completely() {
         assert!(log.contains("received SIGTERM"), "{log}");
     }
 }
+
+#[tokio::test]
+async fn secrets_and_config_maps_feed_the_environment_once_they_exist() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "config").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "late"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "web",
+                    "image": "kt-test-server",
+                    "args": ["$(PORT)"],
+                    "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+                    "env": [
+                        {"name": "PORT", "value": "8081"},
+                        {"name": "MY_TOKEN", "valueFrom": {"secretKeyRef": {"name": "late-secret", "key": "token"}}},
+                        {"name": "MAYBE", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": true}}},
+                        {"name": "GREETING", "value": "hello $(MY_TOKEN) $$(PORT)"},
+                    ],
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    let message = status["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
+    assert_eq!(message, "configmap \"settings\" not found", "{status}");
+
+    let config: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"MODE": "fast"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+            == "secret \"late-secret\" not found"
+    })
+    .await;
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "late-secret"}, "stringData": {"token": "s3cret"}}),
+    )
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let pod = wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let ip: std::net::Ipv4Addr = status_json(&pod)["podIP"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = String::new();
+    for _ in 0..50 {
+        if let Ok(b) = http_get(SocketAddr::from((ip, 8081)), "/env").await {
+            body = b;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for expected in [
+        "MY_TOKEN=s3cret\n",
+        "CFG_MODE=fast\n",
+        "GREETING=hello s3cret $(PORT)\n",
+    ] {
+        assert!(body.contains(expected), "{expected:?} not in {body}");
+    }
+    assert!(!body.contains("MAYBE="), "{body}");
+    assert_eq!(status_json(&pod)["containerStatuses"][0]["restartCount"], 0);
+    pods.delete("late", &DeleteParams::default()).await.unwrap();
+}

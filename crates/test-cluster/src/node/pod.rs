@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::env;
 use super::probe::{self, Prober};
 use super::{Context, now};
 use crate::netns::{GATEWAY, PodNetwork};
@@ -24,6 +25,8 @@ use crate::process::ManagedProcess;
 
 /// How often a worker looks at its processes.
 const POLL: Duration = Duration::from_millis(200);
+/// How soon a container whose configuration failed (a missing Secret) is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(1);
 /// The longest crash-loop back-off, as the kubelet's.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -331,12 +334,6 @@ impl Worker {
     async fn start_container(&mut self, i: usize) {
         let c = &mut self.containers[i];
         c.restart_at = None;
-        if c.ever_started {
-            if matches!(c.state, State::Terminated { .. }) {
-                c.last = Some(state_json(&c.state));
-            }
-            c.restarts += 1;
-        }
         let container = c.spec.name.clone();
         let image = c.spec.image.clone().unwrap_or_default();
         let Some(executable) = self.context.spec.images.get(&image).cloned() else {
@@ -351,27 +348,18 @@ impl Worker {
                 "image {image:?} is not in this node's image map (it knows: {}); no image is pulled",
                 known.join(", ")
             );
-            self.event(
-                "Warning",
-                "Failed",
-                &format!("Failed to pull image {image:?}: {message}"),
-            )
-            .await;
-            self.containers[i].state = State::Waiting {
-                reason: "ErrImagePull".into(),
-                message,
-            };
+            let event = format!("Failed to pull image {image:?}: {message}");
+            self.wait(i, "ErrImagePull", message, &event).await;
             return;
         };
-        let cmd = match self.command(i, &executable) {
+        let cmd = match self.command(i, &executable).await {
             Ok(cmd) => cmd,
             Err(message) => {
-                self.event("Warning", "Failed", &format!("Error: {message}"))
+                let event = format!("Error: {message}");
+                self.wait(i, "CreateContainerConfigError", message, &event)
                     .await;
-                self.containers[i].state = State::Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message,
-                };
+                // As the kubelet: tried again, so a Secret that appears later is picked up.
+                self.containers[i].restart_at = Some(Instant::now() + CONFIG_RETRY);
                 return;
             }
         };
@@ -390,6 +378,13 @@ impl Worker {
             });
         match spawned {
             Ok(process) => {
+                let c = &mut self.containers[i];
+                if matches!(c.state, State::Terminated { .. }) {
+                    c.last = Some(state_json(&c.state));
+                }
+                if c.ever_started {
+                    c.restarts += 1;
+                }
                 self.event(
                     "Normal",
                     "Started",
@@ -430,13 +425,10 @@ impl Worker {
     /// The container's command line and environment: the image's executable stands in for the
     /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
     /// `command` and then `args` follow.
-    fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
+    async fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
         let spec = &self.containers[i].spec;
         if spec.working_dir.is_some() {
             return Err("workingDir is not supported by this node yet".into());
-        }
-        if spec.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-            return Err("envFrom is not supported by this node yet".into());
         }
         if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
             return Err("volumes are not supported by this node yet".into());
@@ -450,35 +442,27 @@ impl Worker {
                 return Err(message);
             }
         }
+        let vars = env::build(&self.context.client, &self.namespace, spec, |path| {
+            self.field(path)
+        })
+        .await?;
+        let defined: BTreeMap<&str, &str> =
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let mut cmd = Command::new(executable);
         if let Some(command) = &spec.command {
             if let Some(first) = command.first() {
-                std::os::unix::process::CommandExt::arg0(&mut cmd, first);
+                std::os::unix::process::CommandExt::arg0(&mut cmd, env::expand(first, &defined));
             }
-            cmd.args(command.iter().skip(1));
+            cmd.args(command.iter().skip(1).map(|a| env::expand(a, &defined)));
         }
-        cmd.args(spec.args.iter().flatten());
+        cmd.args(spec.args.iter().flatten().map(|a| env::expand(a, &defined)));
         cmd.env_clear()
             .env(
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             )
-            .env("HOSTNAME", &self.name);
-        for var in spec.env.iter().flatten() {
-            let value = match (&var.value, &var.value_from) {
-                (_, Some(from)) => match &from.field_ref {
-                    Some(field) => self.field(&field.field_path)?,
-                    None => {
-                        return Err(format!(
-                            "env {}: only value and fieldRef are supported by this node yet",
-                            var.name
-                        ));
-                    }
-                },
-                (value, None) => value.clone().unwrap_or_default(),
-            };
-            cmd.env(&var.name, value);
-        }
+            .env("HOSTNAME", &self.name)
+            .envs(vars);
         let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
             .with_extension("d");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -530,6 +514,22 @@ impl Worker {
             .as_ref()
             .map(|n| n.ip().to_string())
             .unwrap_or_default()
+    }
+
+    /// Puts container `i` in `Waiting` for `reason`, with an Event when that is news.
+    async fn wait(&mut self, i: usize, reason: &str, message: String, event: &str) {
+        let c = &mut self.containers[i];
+        if matches!(c.state, State::Terminated { .. }) {
+            c.last = Some(state_json(&c.state));
+        }
+        let news = !matches!(&c.state, State::Waiting { reason: r, message: m } if r == reason && *m == message);
+        c.state = State::Waiting {
+            reason: reason.to_owned(),
+            message,
+        };
+        if news {
+            self.event("Warning", "Failed", event).await;
+        }
     }
 
     /// SIGTERM to every running container, up to the grace period for them to exit, SIGKILL.
