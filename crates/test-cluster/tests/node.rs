@@ -661,3 +661,68 @@ async fn secrets_and_config_maps_feed_the_environment_once_they_exist() {
     assert_eq!(status_json(&pod)["containerStatuses"][0]["restartCount"], 0);
     pods.delete("late", &DeleteParams::default()).await.unwrap();
 }
+
+#[tokio::test]
+async fn pre_stop_hooks_run_before_sigterm() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "prestop").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = |name: &str, hook: serde_json::Value| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "command": ["/bin/sh", "-c", "trap 'echo TERM; exit 0' TERM; while :; do sleep 0.1; done"],
+                    "env": [{"name": "WHO", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "lifecycle": {"preStop": hook},
+                }],
+            },
+        })
+    };
+    create_pod(
+        &pods,
+        pod(
+            "exec",
+            json!({"exec": {"command": ["/bin/sh", "-c", "echo preStop of $WHO"]}}),
+        ),
+    )
+    .await;
+    create_pod(&pods, pod("sleep", json!({"sleep": {"seconds": 2}}))).await;
+    for name in ["exec", "sleep"] {
+        wait_pod(&pods, name, Duration::from_secs(30), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    for name in ["exec", "sleep"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let mut sleep_gone = None;
+    while sleep_gone.is_none() || pods.get_opt("exec").await.unwrap().is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "pods were not removed"
+        );
+        if sleep_gone.is_none() && pods.get_opt("sleep").await.unwrap().is_none() {
+            sleep_gone = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sleep_gone = sleep_gone.unwrap();
+    assert!(sleep_gone >= Duration::from_secs(2), "{sleep_gone:?}");
+    assert!(sleep_gone < Duration::from_secs(8), "{sleep_gone:?}");
+    let node = cp().cluster("node").node().unwrap();
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "exec", "main")).unwrap();
+    let hook = log
+        .find("preStop of exec\n")
+        .unwrap_or_else(|| panic!("{log}"));
+    let term = log.find("TERM\n").unwrap_or_else(|| panic!("{log}"));
+    assert!(hook < term, "{log}");
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "sleep", "main")).unwrap();
+    assert!(log.contains("TERM\n"), "{log}");
+}

@@ -5,12 +5,13 @@
 //! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Event, Pod};
+use k8s_openapi::api::core::v1::{Container, Event, LifecycleHandler, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use nix::sys::signal::Signal;
@@ -66,6 +67,9 @@ struct ContainerRun {
     ever_started: bool,
     /// The probes of the current run.
     probes: Probes,
+    /// The environment and working directory of the current run, for exec hooks.
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
 }
 
 /// The probes of one container run, and a pending kill by a failed liveness or startup probe.
@@ -138,6 +142,8 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
             restart_at: Some(Instant::now()),
             ever_started: false,
             probes: Probes::default(),
+            env: Vec::new(),
+            cwd: PathBuf::new(),
         })
         .collect();
     let mut worker = Worker {
@@ -365,6 +371,14 @@ impl Worker {
         };
         let log = log_path(&self.context.dir, &self.namespace, &self.name, &container);
         let net = self.net.as_ref().expect("started only with a network");
+        let env: Vec<(OsString, OsString)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+            .collect();
+        let cwd = cmd
+            .get_current_dir()
+            .map(Path::to_owned)
+            .unwrap_or_default();
         let spawned = log
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
@@ -393,6 +407,8 @@ impl Worker {
                 .await;
                 let c = &mut self.containers[i];
                 c.ever_started = true;
+                c.env = env;
+                c.cwd = cwd;
                 c.state = State::Running {
                     process,
                     started: now(),
@@ -549,6 +565,26 @@ impl Worker {
         let deadline = Instant::now() + Duration::from_secs(grace as u64);
         for c in &mut self.containers {
             c.restart_at = None;
+        }
+        // preStop hooks first, all containers at once, within the grace period.
+        let hooks: Vec<_> = self
+            .containers
+            .iter()
+            .filter(|c| matches!(c.state, State::Running { .. }))
+            .filter_map(|c| {
+                let hook = c.spec.lifecycle.as_ref()?.pre_stop.as_ref()?;
+                Some(self.pre_stop(c, hook, deadline))
+            })
+            .collect();
+        let failures: Vec<String> = futures::future::join_all(hooks)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        for message in failures {
+            self.event("Warning", "FailedPreStopHook", &message).await;
+        }
+        for c in &mut self.containers {
             if let State::Running { process, .. } = &mut c.state {
                 process.signal(Signal::SIGTERM);
             }
@@ -571,6 +607,82 @@ impl Worker {
             if let State::Running { process, .. } = &mut c.state {
                 process.kill();
             }
+        }
+    }
+
+    /// Runs container `c`'s preStop `hook` (sleep, exec, httpGet) until it ends or `deadline`.
+    async fn pre_stop(
+        &self,
+        c: &ContainerRun,
+        hook: &LifecycleHandler,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let name = &c.spec.name;
+        let deadline = tokio::time::Instant::from_std(deadline);
+        if let Some(sleep) = &hook.sleep {
+            let until =
+                tokio::time::Instant::now() + Duration::from_secs(sleep.seconds.max(0) as u64);
+            tokio::time::sleep_until(until.min(deadline)).await;
+            Ok(())
+        } else if let Some(exec) = &hook.exec {
+            let argv = exec.command.clone().unwrap_or_default();
+            let Some((program, args)) = argv.split_first() else {
+                return Err(format!(
+                    "PreStopHook for container {name}: empty exec command"
+                ));
+            };
+            let mut cmd = Command::new(program);
+            cmd.args(args).env_clear().envs(c.env.iter().cloned());
+            if !c.cwd.as_os_str().is_empty() {
+                cmd.current_dir(&c.cwd);
+            }
+            let net = self.net.as_ref().ok_or("no network namespace")?;
+            let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
+            let mut process = net
+                .spawn(
+                    &format!("{}/{}/{name}/preStop", self.namespace, self.name),
+                    cmd,
+                    &log,
+                )
+                .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))?;
+            loop {
+                if let Some(status) = process.exited() {
+                    return if status.success() {
+                        Ok(())
+                    } else {
+                        Err(format!("PreStopHook for container {name} failed: {status}"))
+                    };
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "PreStopHook for container {name} did not finish in the grace period"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else if let Some(http) = &hook.http_get {
+            let ip = self
+                .net
+                .as_ref()
+                .map(PodNetwork::ip)
+                .ok_or("no network namespace")?;
+            let probe = k8s_openapi::api::core::v1::Probe {
+                http_get: Some(http.clone()),
+                ..Default::default()
+            };
+            tokio::time::timeout_at(
+                deadline,
+                probe::once(&self.context.world, ip, &c.spec, &probe),
+            )
+            .await
+            .map_err(|_| {
+                format!("PreStopHook for container {name} did not finish in the grace period")
+            })?
+            .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))
+        } else {
+            Err(format!(
+                "PreStopHook for container {name}: tcpSocket hooks are not supported"
+            ))
         }
     }
 

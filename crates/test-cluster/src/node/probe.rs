@@ -48,15 +48,11 @@ impl Prober {
     ) -> Result<(), String> {
         let period = self.spec.period_seconds.unwrap_or(10).max(1) as u64;
         let timeout = Duration::from_secs(self.spec.timeout_seconds.unwrap_or(1).max(1) as u64);
-        let result = match tokio::time::timeout(
-            timeout,
-            check(world, pod_ip, container, &self.spec),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(format!("timeout after {timeout:?}")),
-        };
+        let result =
+            match tokio::time::timeout(timeout, once(world, pod_ip, container, &self.spec)).await {
+                Ok(result) => result,
+                Err(_) => Err(format!("timeout after {timeout:?}")),
+            };
         self.next = Instant::now() + Duration::from_secs(period);
         if result.is_ok() {
             self.failures = 0;
@@ -107,7 +103,8 @@ pub(super) fn unsupported(probe: &Probe) -> Option<String> {
     None
 }
 
-async fn check(
+/// One check of `probe`, without timing or thresholds (also a preStop `httpGet` hook).
+pub(super) async fn once(
     world: &World,
     pod_ip: Ipv4Addr,
     container: &Container,
