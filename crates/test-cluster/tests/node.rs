@@ -726,3 +726,33 @@ async fn pre_stop_hooks_run_before_sigterm() {
     let log = std::fs::read_to_string(node.container_log_path(&ns, "sleep", "main")).unwrap();
     assert!(log.contains("TERM\n"), "{log}");
 }
+
+#[tokio::test]
+async fn init_containers_are_refused_with_a_reason() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "init").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "init"},
+            "spec": {
+                "initContainers": [{"name": "setup", "image": "shell", "args": ["-c", "true"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "init", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["message"],
+        "init containers are not supported by this node yet"
+    );
+    pods.delete("init", &DeleteParams::default()).await.unwrap();
+}

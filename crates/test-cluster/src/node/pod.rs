@@ -181,6 +181,20 @@ impl Worker {
                 }
             }
         }
+        let init = self
+            .pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()));
+        if init {
+            let message = "init containers are not supported by this node yet".to_owned();
+            for i in 0..self.containers.len() {
+                self.containers[i].restart_at = None;
+                let event = format!("Error: {message}");
+                self.wait(i, "CreateContainerConfigError", message.clone(), &event)
+                    .await;
+            }
+        }
         loop {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 self.terminate().await;
