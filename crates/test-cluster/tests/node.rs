@@ -756,3 +756,100 @@ async fn init_containers_are_refused_with_a_reason() {
     );
     pods.delete("init", &DeleteParams::default()).await.unwrap();
 }
+
+/// `test-cluster up --node`: a Pod created with kubectl runs, and the printed namespace reaches
+/// it; `down` stops the node with everything else.
+#[test]
+fn the_command_starts_a_node() {
+    use std::io::BufRead;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    const BIN: &str = env!("CARGO_BIN_EXE_test-cluster");
+    let state = tempfile::tempdir().unwrap();
+    let mut up = Command::new(BIN)
+        .args(["up", "--clusters", "solo", "--node", "solo"])
+        .arg(format!("--image=kt-test-server={SERVER}"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Stops `up` (and with it everything) whatever happens below.
+    struct Down<'a>(&'a Path, std::process::Child);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(BIN)
+                .args(["down", "--state-dir"])
+                .arg(self.0)
+                .stdout(Stdio::null())
+                .status();
+            let _ = self.1.kill();
+            let _ = self.1.wait();
+        }
+    }
+    let stdout = up.stdout.take().unwrap();
+    let down = Down(state.path(), up);
+    let mut ns_path = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.trim().strip_prefix("pod network: nsenter --net=") {
+            ns_path = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if line.starts_with("ready;") {
+            break;
+        }
+    }
+    let ns_path = ns_path.expect("`up` printed the pod network");
+    let kubeconfig = state.path().join("solo/kubeconfig");
+    let kubectl = test_cluster::Binaries::locate().unwrap().kubectl();
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(&kubectl)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    kubectl(&[
+        "run",
+        "web",
+        "--image=kt-test-server",
+        "--env=IDENTITY=from-cli",
+    ]);
+    kubectl(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+    let ip = kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
+    let node = kubectl(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]);
+    assert_eq!(node, "solo-node");
+    // From inside the printed namespace.
+    let ns = std::fs::File::open(&ns_path).unwrap();
+    let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
+    let body = std::thread::spawn(move || {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let mut last = None;
+        for _ in 0..50 {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                Ok(mut s) => {
+                    use std::io::{Read, Write};
+                    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+                    let mut out = String::new();
+                    s.read_to_string(&mut out).unwrap();
+                    return out;
+                }
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{addr}: {last:?}");
+    })
+    .join()
+    .unwrap();
+    assert!(body.contains("\r\n\r\nfrom-cli\n"), "{body}");
+    drop(down);
+    assert!(!Path::new(&ns_path).exists(), "{ns_path} outlived `down`");
+}
