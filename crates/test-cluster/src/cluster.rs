@@ -17,7 +17,8 @@ pub struct ClusterSpec {
     pub name: String,
     /// A second kube-apiserver on the same etcd prefix: an HA peer with its own endpoint.
     pub ha: bool,
-    /// kube-controller-manager with the garbage collector and the namespace controller.
+    /// kube-controller-manager with the garbage collector and the namespace controller (and,
+    /// with a node, the deployment, replicaset and endpointslice controllers).
     pub controller_manager: bool,
     /// A node agent running this cluster's Pods as local processes.
     pub node: Option<NodeSpec>,
@@ -103,7 +104,7 @@ impl Cluster {
             wait_ready(&cluster.servers[i], &client).await?;
         }
         if spec.controller_manager {
-            cluster.start_controller_manager()?;
+            cluster.start_controller_manager(spec.node.is_some())?;
         }
         if let Some(node) = &spec.node {
             let kubeconfig = cluster.kubeconfig_yaml(0, ADMIN_USER, &cluster.pki.admin()?);
@@ -113,7 +114,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn start_controller_manager(&self) -> Result<(), Error> {
+    /// Starts kube-controller-manager; with a node it also runs the controllers that turn
+    /// workloads into Pods and Services into EndpointSlices.
+    fn start_controller_manager(&self, with_node: bool) -> Result<(), Error> {
+        let mut controllers = "garbage-collector-controller,namespace-controller".to_owned();
+        if with_node {
+            controllers
+                .push_str(",deployment-controller,replicaset-controller,endpointslice-controller");
+        }
         let kubeconfig = self.kubeconfig_path().display().to_string();
         let port = free_port()?;
         let args = vec![
@@ -124,7 +132,7 @@ impl Cluster {
             format!("--secure-port={port}"),
             "--leader-elect=false".to_owned(),
             "--use-service-account-credentials=false".to_owned(),
-            "--controllers=garbage-collector-controller,namespace-controller".to_owned(),
+            format!("--controllers={controllers}"),
             "--v=2".to_owned(),
         ];
         let process = ManagedProcess::spawn(

@@ -853,3 +853,121 @@ fn the_command_starts_a_node() {
     drop(down);
     assert!(!Path::new(&ns_path).exists(), "{ns_path} outlived `down`");
 }
+
+#[tokio::test]
+async fn a_deployment_becomes_available_with_endpoint_slices_and_scales_down_gracefully() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "deploy").await;
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: web
+        image: kt-test-server
+        ports: [{{name: http, containerPort: 8080}}]
+        env: [{{name: IDENTITY, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+        readinessProbe: {{httpGet: {{path: /ready, port: http}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: http}}]
+"#
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], &manifest)
+        .await
+        .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "-n",
+            &ns,
+            "--for=condition=Available",
+            "deployment/web",
+            "--timeout=60s",
+        ])
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let listed = pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 2);
+    let mut ips: Vec<String> = listed
+        .iter()
+        .map(|p| status_json(p)["podIP"].as_str().unwrap().to_owned())
+        .collect();
+    ips.sort();
+    // Each Pod answers on its own address with its own name.
+    for p in &listed {
+        let ip: std::net::Ipv4Addr = status_json(p)["podIP"].as_str().unwrap().parse().unwrap();
+        let body = http_get(SocketAddr::from((ip, 8080)), "/").await.unwrap();
+        let name = p.metadata.name.as_deref().unwrap();
+        assert!(body.contains(&format!("\r\n\r\n{name}\n")), "{body}");
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready: Vec<String> = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        ready.sort();
+        if ready == ips {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slices list {ready:?}, pods {ips:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    cluster
+        .kubectl_ok(&["scale", "-n", &ns, "deployment/web", "--replicas=1"])
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.list(&ListParams::default()).await.unwrap().items.len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not scaled down");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let remaining = pods.list(&ListParams::default()).await.unwrap().items;
+    let kept = remaining[0].metadata.name.clone().unwrap();
+    let gone = listed
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .find(|n| *n != kept)
+        .unwrap();
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, &gone, "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    let deployments: Api<Deployment> = Api::namespaced(client, &ns);
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+}
