@@ -87,6 +87,16 @@ async fn two_pods_on_one_port_are_reached_only_inside_the_world() {
     let host_addrs = String::from_utf8_lossy(&host_addrs.stdout);
     assert!(!host_addrs.contains("10.244.0."), "{host_addrs}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    // A route lookup (no packet sent): the host would not use any link of the world.
+    let lookup = Command::new("ip")
+        .args(["route", "get", &a.ip().to_string()])
+        .output()
+        .unwrap();
+    let lookup = String::from_utf8_lossy(&lookup.stdout);
+    assert!(
+        !lookup.contains("kt0") && !lookup.contains("vkt"),
+        "{lookup}"
+    );
     // The world's loopback is its own, not the host's: the pods' port is not on it.
     assert!(
         world

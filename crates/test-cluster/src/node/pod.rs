@@ -162,11 +162,17 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
 
 impl Worker {
     async fn drive(&mut self, rx: &mut watch::Receiver<Option<Pod>>) {
-        match self
-            .context
-            .world
-            .add_pod(&format!("{}-{}", self.namespace, self.name))
-        {
+        let world = Arc::clone(&self.context.world);
+        let pod = format!("{}-{}", self.namespace, self.name);
+        // `ip` runs a few times: off the runtime's threads.
+        let net = tokio::task::spawn_blocking(move || world.add_pod(&pod))
+            .await
+            .unwrap_or_else(|e| {
+                Err(crate::Error::Network(format!(
+                    "creating the namespace: {e}"
+                )))
+            });
+        match net {
             Ok(net) => self.net = Some(net),
             Err(e) => {
                 let message = format!("creating the pod's network namespace: {e}");
