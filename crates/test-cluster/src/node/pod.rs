@@ -120,9 +120,17 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         // Finished before this agent saw it: nothing to run, only its deletion to complete.
-        if pod.metadata.deletion_timestamp.is_some() {
-            delete_now(&context, &namespace, &name, &uid).await;
+        let mut pod = pod;
+        while pod.metadata.deletion_timestamp.is_none() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+            match rx.borrow_and_update().clone() {
+                Some(next) => pod = next,
+                None => return,
+            }
         }
+        delete_now(&context, &namespace, &name, &uid).await;
         return;
     }
     let containers = pod
