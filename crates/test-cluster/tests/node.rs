@@ -971,3 +971,75 @@ spec:
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn kubectl_logs_reads_a_container_with_tail_and_follow() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "logs").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "talker"},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"],
+                }],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "talker", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let all = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker"])
+        .await
+        .unwrap();
+    assert!(all.starts_with("line 1\nline 2\n"), "{all}");
+    let tail = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--tail=2"])
+        .await
+        .unwrap();
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(tail.starts_with("line "), "{tail}");
+    // Following: lines written after the request arrive on the open stream.
+    let mut follow = cluster.kubectl();
+    follow
+        .args(["logs", "-n", &ns, "talker", "-f", "--tail=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = follow.spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 1024];
+    while seen.lines().count() < 4 {
+        let n = tokio::time::timeout_at(deadline, out.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("follow gave only {seen:?}"))
+            .unwrap();
+        assert!(n > 0, "follow ended: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let numbers: Vec<u32> = seen
+        .lines()
+        .map(|l| l.strip_prefix("line ").unwrap().parse().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{seen}");
+    child.kill().await.unwrap();
+    let refused = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--since=1m"])
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("not supported"), "{refused}");
+    pods.delete("talker", &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -12,6 +12,7 @@
 //! and every process and namespace it made.
 
 mod env;
+mod logs;
 mod pod;
 mod probe;
 
@@ -63,6 +64,7 @@ struct Context {
     spec: NodeSpec,
     world: Arc<World>,
     dir: PathBuf,
+    kubelet_port: u16,
 }
 
 /// A running node agent. Dropping it stops every container and removes every namespace.
@@ -155,15 +157,16 @@ async fn run(
     shutdown: oneshot::Receiver<()>,
 ) {
     let registered = async {
+        let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
-        register(&client, &spec.name).await?;
-        Ok::<_, Error>(client)
+        register(&client, &spec.name, endpoint.port()).await?;
+        Ok::<_, Error>((client, endpoint))
     }
     .await;
-    let client = match registered {
-        Ok(client) => {
+    let (client, endpoint) = match registered {
+        Ok(registered) => {
             let _ = ready.send(Ok(()));
-            client
+            registered
         }
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -174,17 +177,19 @@ async fn run(
         client,
         spec,
         world,
+        kubelet_port: endpoint.port(),
         dir,
     });
     tokio::select! {
         _ = shutdown => {}
+        () = endpoint.serve(context.dir.clone()) => {}
         () = heartbeat(&context) => {}
         () = pods(&context) => {}
     }
 }
 
 /// The Node's status as the agent reports it (also every heartbeat).
-fn node_status(name: &str, since: &str) -> serde_json::Value {
+fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
     let now = now();
     json!({
         "status": {
@@ -196,10 +201,13 @@ fn node_status(name: &str, since: &str) -> serde_json::Value {
                 "lastHeartbeatTime": now,
                 "lastTransitionTime": since,
             }],
+            // kube-apiserver reaches the kubelet at the first address of the type it prefers
+            // (Hostname first): the log endpoint on host loopback.
             "addresses": [
                 {"type": "InternalIP", "address": GATEWAY.to_string()},
-                {"type": "Hostname", "address": name},
+                {"type": "Hostname", "address": "127.0.0.1"},
             ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "capacity": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "nodeInfo": {
@@ -212,7 +220,7 @@ fn node_status(name: &str, since: &str) -> serde_json::Value {
     })
 }
 
-async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
+async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {
@@ -229,7 +237,7 @@ async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(node_status(name, &now())),
+            &Patch::Merge(node_status(&now(), kubelet_port)),
         )
         .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -270,7 +278,7 @@ async fn heartbeat(context: &Context) {
                 .patch_status(
                     name,
                     &PatchParams::default(),
-                    &Patch::Merge(node_status(name, &since)),
+                    &Patch::Merge(node_status(&since, context.kubelet_port)),
                 )
                 .await
         {
