@@ -728,7 +728,7 @@ async fn pre_stop_hooks_run_before_sigterm() {
 }
 
 #[tokio::test]
-async fn init_containers_are_refused_with_a_reason() {
+async fn init_containers_and_host_network_are_refused_with_a_reason() {
     let client = cp().cluster("node").client().await.unwrap();
     let ns = namespace(&client, "init").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -755,6 +755,24 @@ async fn init_containers_are_refused_with_a_reason() {
         "init containers are not supported by this node yet"
     );
     pods.delete("init", &DeleteParams::default()).await.unwrap();
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "host"},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "host", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+            == "hostNetwork is not supported by this node yet"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    pods.delete("host", &DeleteParams::default()).await.unwrap();
 }
 
 /// `test-cluster up --node`: a Pod created with kubectl runs, and the printed namespace reaches

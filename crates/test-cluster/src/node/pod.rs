@@ -195,13 +195,17 @@ impl Worker {
                 }
             }
         }
-        let init = self
-            .pod
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()));
-        if init {
-            let message = "init containers are not supported by this node yet".to_owned();
+        let spec = self.pod.spec.as_ref();
+        let refused =
+            if spec.is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty())) {
+                Some("init containers are not supported by this node yet")
+            } else if spec.is_some_and(|s| s.host_network == Some(true)) {
+                Some("hostNetwork is not supported by this node yet")
+            } else {
+                None
+            };
+        if let Some(message) = refused {
+            let message = message.to_owned();
             for i in 0..self.containers.len() {
                 self.containers[i].restart_at = None;
                 let event = format!("Error: {message}");
