@@ -233,6 +233,17 @@ impl PodNetwork {
         self.enter(&mut cmd);
         ManagedProcess::spawn_command(name, cmd, log_path)
     }
+
+    /// Like [`Self::spawn`], with stdout and stderr as pipes for the caller.
+    pub(crate) fn spawn_piped(
+        &self,
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<ManagedProcess, Error> {
+        self.enter(&mut cmd);
+        ManagedProcess::spawn_command_piped(name, cmd, log_path)
+    }
 }
 
 impl Drop for PodNetwork {

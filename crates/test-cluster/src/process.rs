@@ -68,8 +68,34 @@ impl ManagedProcess {
             .open(log_path)
             .map_err(|e| Error::io(log_path, e))?;
         let log_err = log.try_clone().map_err(|e| Error::io(log_path, e))?;
+        cmd.stdout(log).stderr(log_err);
+        Self::spawn_with_output(name, cmd, log_path)
+    }
+
+    /// Like [`Self::spawn_command`], but stdout and stderr are pipes for the caller to read
+    /// ([`Self::take_output`]) and write to `log_path` in a form of its own.
+    pub(crate) fn spawn_command_piped(
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<Self, Error> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Self::spawn_with_output(name, cmd, log_path)
+    }
+
+    /// The pipes of a process started with [`Self::spawn_command_piped`] (once).
+    pub(crate) fn take_output(
+        &mut self,
+    ) -> (
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+    ) {
+        (self.child.stdout.take(), self.child.stderr.take())
+    }
+
+    fn spawn_with_output(name: &str, mut cmd: Command, log_path: &Path) -> Result<Self, Error> {
         let program = PathBuf::from(cmd.get_program());
-        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
+        cmd.stdin(Stdio::null());
         set_parent_death_signal(&mut cmd);
 
         let (tx, rx) = mpsc::channel();

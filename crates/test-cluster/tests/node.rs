@@ -1052,11 +1052,42 @@ async fn kubectl_logs_reads_a_container_with_tail_and_follow() {
         .collect();
     assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{seen}");
     child.kill().await.unwrap();
-    let refused = cluster
-        .kubectl_ok(&["logs", "-n", &ns, "talker", "--since=1m"])
+    // Timestamps, and only lines from a given time on.
+    let stamped = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--timestamps", "--tail=1"])
         .await
-        .unwrap_err();
-    assert!(refused.to_string().contains("not supported"), "{refused}");
+        .unwrap();
+    let (time, text) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(text.starts_with("line "), "{stamped}");
+    let time: k8s_openapi::jiff::Timestamp = time.parse().unwrap();
+    // The last line's second, truncated: the log started well before it (follow took 4 lines).
+    let since = time
+        .round(
+            k8s_openapi::jiff::TimestampRound::new()
+                .smallest(k8s_openapi::jiff::Unit::Second)
+                .mode(k8s_openapi::jiff::RoundMode::Trunc),
+        )
+        .unwrap();
+    let recent = cluster
+        .kubectl_ok(&[
+            "logs",
+            "-n",
+            &ns,
+            "talker",
+            "--since-time",
+            &since.to_string(),
+        ])
+        .await
+        .unwrap();
+    let first: u32 = recent.lines().next().unwrap()["line ".len()..]
+        .parse()
+        .unwrap();
+    assert!(first > 1, "{recent}");
+    let hour = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--since=1h"])
+        .await
+        .unwrap();
+    assert!(hour.starts_with("line 1\n"), "{hour}");
     pods.delete("talker", &DeleteParams::default())
         .await
         .unwrap();

@@ -1,11 +1,11 @@
 //! The kubelet's log endpoint, so `kubectl logs` works: `GET /containerLogs/<namespace>/<pod>/
-//! <container>` over TLS with `tailLines`, `limitBytes` and `follow`.
+//! <container>` over TLS with `tailLines`, `limitBytes`, `follow`, `sinceTime`, `sinceSeconds`
+//! and `timestamps`.
 //!
 //! It listens on host loopback (the Node's `Hostname` address is `127.0.0.1`, the address type
 //! kube-apiserver prefers) with a certificate of its own authority; kube-apiserver is not given
-//! that authority (no `--kubelet-certificate-authority`), as in most test clusters. Log files
-//! carry no timestamps yet, so `sinceTime`, `sinceSeconds` and `timestamps` are refused with
-//! 400 rather than ignored.
+//! that authority (no `--kubelet-certificate-authority`), as in most test clusters. Logs are
+//! CRI log files (see `crilog`), so `sinceTime`, `sinceSeconds` and `timestamps` work too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +15,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsAcceptor;
 
+use k8s_openapi::jiff::Timestamp;
+
+use super::crilog;
 use super::pod::log_path;
 use crate::Error;
 use crate::pki::Authority;
@@ -96,16 +99,27 @@ where
         return respond(&mut stream, 404, "not found\n").await;
     };
     let mut follow = false;
+    let mut view = View::default();
     let mut tail: Option<usize> = None;
     let mut limit: Option<usize> = None;
     for (key, value) in query.split('&').filter_map(|kv| kv.split_once('=')) {
+        let value = percent_decode(value);
         match key {
             "follow" => follow = value == "true",
+            "timestamps" => view.timestamps = value == "true",
             "tailLines" => tail = value.parse().ok(),
             "limitBytes" => limit = value.parse().ok(),
-            "sinceTime" | "sinceSeconds" | "timestamps" if value != "false" => {
-                let message = format!("{key} is not supported by this node yet\n");
-                return respond(&mut stream, 400, &message).await;
+            "sinceTime" => match value.parse::<Timestamp>() {
+                Ok(t) => view.since = Some(t),
+                Err(e) => {
+                    return respond(&mut stream, 400, &format!("sinceTime {value:?}: {e}\n")).await;
+                }
+            },
+            "sinceSeconds" => {
+                let seconds: i64 = value.parse().unwrap_or(0);
+                view.since = Timestamp::now()
+                    .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+                    .ok();
             }
             _ => {}
         }
@@ -119,22 +133,16 @@ where
     if log.read_to_end(&mut content).await.is_err() {
         return;
     }
-    let mut start = 0;
+    // Only whole lines; a line being written is sent when it is complete.
+    let complete = content
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let mut lines = view.render(&content[..complete]);
     if let Some(n) = tail {
-        // The start of the n-th line from the end (a final newline ends a line, not starts one).
-        let body = content.strip_suffix(b"\n").unwrap_or(&content);
-        start = body
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, b)| **b == b'\n')
-            .nth(n.saturating_sub(1))
-            .map_or(0, |(i, _)| i + 1);
-        if n == 0 {
-            start = content.len();
-        }
+        lines.drain(..lines.len().saturating_sub(n));
     }
-    let mut out = content[start..].to_vec();
+    let mut out = lines.concat();
     if let Some(limit) = limit {
         out.truncate(limit);
     }
@@ -148,6 +156,7 @@ where
     if follow {
         // Reading tells when the client goes away; it sends nothing else.
         let (mut reader, mut stream) = tokio::io::split(stream);
+        let mut pending = content[complete..].to_vec();
         let mut offset = content.len() as u64;
         loop {
             tokio::select! {
@@ -166,14 +175,78 @@ where
                 return;
             }
             offset += more.len() as u64;
-            if !more.is_empty()
-                && (stream.write_all(&more).await.is_err() || stream.flush().await.is_err())
+            pending.extend_from_slice(&more);
+            let complete = pending
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            let out = view.render(&pending[..complete]).concat();
+            pending.drain(..complete);
+            if !out.is_empty()
+                && (stream.write_all(&out).await.is_err() || stream.flush().await.is_err())
             {
                 return;
             }
         }
     }
     let _ = stream.shutdown().await;
+}
+
+/// Which lines a request wants, and how.
+#[derive(Default)]
+struct View {
+    since: Option<Timestamp>,
+    timestamps: bool,
+}
+
+impl View {
+    /// The lines of CRI log `content` (whole lines) as the client sees them.
+    fn render(&self, content: &[u8]) -> Vec<Vec<u8>> {
+        content
+            .split(|b| *b == b'\n')
+            .filter_map(crilog::parse)
+            .filter(|line| {
+                self.since
+                    .is_none_or(|since| line.time.parse::<Timestamp>().is_ok_and(|t| t >= since))
+            })
+            .map(|line| {
+                let mut out = Vec::with_capacity(line.text.len() + 32);
+                if self.timestamps {
+                    out.extend_from_slice(line.time.as_bytes());
+                    out.push(b' ');
+                }
+                out.extend_from_slice(line.text);
+                out.push(b'\n');
+                out
+            })
+            .collect()
+    }
+}
+
+/// Decodes `%XX` escapes (and `+` as a space) in a query value.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, code: u16, body: &str) {
@@ -188,4 +261,34 @@ async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, code: u16, body: &str) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            percent_decode("2026-01-02T03%3A04%3A05Z"),
+            "2026-01-02T03:04:05Z"
+        );
+        assert_eq!(percent_decode("a+b%2"), "a b%2");
+    }
+
+    #[test]
+    fn a_view_filters_by_time_and_adds_timestamps() {
+        let log = b"2026-01-01T00:00:01.000000000Z stdout F one\n\
+2026-01-01T00:00:02.000000000Z stderr F two words\n";
+        let all = View::default().render(log).concat();
+        assert_eq!(all, b"one\ntwo words\n");
+        let since = View {
+            since: Some("2026-01-01T00:00:02Z".parse().unwrap()),
+            timestamps: true,
+        };
+        assert_eq!(
+            since.render(log).concat(),
+            b"2026-01-01T00:00:02.000000000Z two words\n"
+        );
+    }
 }

@@ -11,6 +11,7 @@
 //! (or of the shared control plane's start) that started it; dropping the [`NodeAgent`] stops it
 //! and every process and namespace it made.
 
+mod crilog;
 mod env;
 mod logs;
 mod pod;

@@ -18,9 +18,9 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::env;
 use super::probe::{self, Prober};
 use super::{Context, now};
+use super::{crilog, env};
 use crate::netns::{GATEWAY, PodNetwork};
 use crate::process::ManagedProcess;
 
@@ -416,11 +416,13 @@ impl Worker {
             .map_or(Ok(()), std::fs::create_dir_all)
             .map_err(|e| crate::Error::io(&log, e))
             .and_then(|()| {
-                net.spawn(
+                let mut process = net.spawn_piped(
                     &format!("{}/{}/{container}", self.namespace, self.name),
                     cmd,
                     &log,
-                )
+                )?;
+                crilog::capture(&mut process, &log)?;
+                Ok(process)
             });
         match spawned {
             Ok(process) => {
@@ -671,11 +673,12 @@ impl Worker {
             let net = self.net.as_ref().ok_or("no network namespace")?;
             let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
             let mut process = net
-                .spawn(
+                .spawn_piped(
                     &format!("{}/{}/{name}/preStop", self.namespace, self.name),
                     cmd,
                     &log,
                 )
+                .and_then(|mut p| crilog::capture(&mut p, &log).map(|()| p))
                 .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))?;
             loop {
                 if let Some(status) = process.exited() {
