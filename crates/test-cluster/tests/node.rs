@@ -1092,3 +1092,97 @@ async fn kubectl_logs_reads_a_container_with_tail_and_follow() {
         .await
         .unwrap();
 }
+
+/// The pid a container's shell printed as `child <pid>`.
+fn printed_child(ns: &str, pod: &str) -> Option<u32> {
+    let path = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(ns, pod, "main");
+    let log = std::fs::read_to_string(path).ok()?;
+    let at = log.find("child ")?;
+    log[at + "child ".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+async fn wait_gone(pid: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"));
+        if zombie {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "process {pid} outlived its container"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn what_a_container_started_ends_with_it() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "tree").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let shell = |name: &str, script: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", script]}],
+            },
+        })
+    };
+    // The main process exits and leaves a child behind.
+    create_pod(&pods, shell("leaves", "sleep 300 & echo child $!; exit 0")).await;
+    // A child that ignores SIGTERM, under a main process that waits for it.
+    create_pod(
+        &pods,
+        shell(
+            "stubborn",
+            "(trap '' TERM; sleep 300) & echo child $!; wait",
+        ),
+    )
+    .await;
+    wait_pod(&pods, "leaves", Duration::from_secs(30), |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    wait_gone(printed_child(&ns, "leaves").expect("the shell printed its child")).await;
+
+    wait_pod(&pods, "stubborn", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let child = loop {
+        if let Some(pid) = printed_child(&ns, "stubborn") {
+            break pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no child printed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while pods.get_opt("stubborn").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_gone(child).await;
+    pods.delete("leaves", &DeleteParams::default())
+        .await
+        .unwrap();
+}
