@@ -6,6 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::apiserver::{ApiServer, wait_ready};
 use crate::kubeconfig;
+use crate::node::{NodeAgent, NodeSpec};
 use crate::pki::{ADMIN_USER, CertKey, ClusterPki};
 use crate::process::{ManagedProcess, free_port};
 use crate::{Binaries, Error};
@@ -16,8 +17,11 @@ pub struct ClusterSpec {
     pub name: String,
     /// A second kube-apiserver on the same etcd prefix: an HA peer with its own endpoint.
     pub ha: bool,
-    /// kube-controller-manager with the garbage collector and the namespace controller.
+    /// kube-controller-manager with the garbage collector and the namespace controller (and,
+    /// with a node, the deployment, replicaset and endpointslice controllers).
     pub controller_manager: bool,
+    /// A node agent running this cluster's Pods as local processes.
+    pub node: Option<NodeSpec>,
 }
 
 impl ClusterSpec {
@@ -27,6 +31,7 @@ impl ClusterSpec {
             name: name.into(),
             ha: false,
             controller_manager: false,
+            node: None,
         }
     }
 
@@ -41,6 +46,12 @@ impl ClusterSpec {
         self.controller_manager = true;
         self
     }
+
+    /// Adds a node agent (see [`NodeAgent`]) that binds and runs this cluster's Pods.
+    pub fn node(mut self, node: NodeSpec) -> Self {
+        self.node = Some(node);
+        self
+    }
 }
 
 /// A running cluster.
@@ -51,6 +62,7 @@ pub struct Cluster {
     bins: Binaries,
     servers: Vec<Mutex<ApiServer>>,
     controller_manager: Mutex<Option<ManagedProcess>>,
+    node: Option<NodeAgent>,
 }
 
 impl Cluster {
@@ -71,13 +83,14 @@ impl Cluster {
                 ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix).map(Mutex::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let cluster = Self {
+        let mut cluster = Self {
             name: spec.name.clone(),
             dir,
             pki,
             bins: bins.clone(),
             servers,
             controller_manager: Mutex::new(None),
+            node: None,
         };
         for i in 0..count {
             cluster.servers[i]
@@ -91,12 +104,24 @@ impl Cluster {
             wait_ready(&cluster.servers[i], &client).await?;
         }
         if spec.controller_manager {
-            cluster.start_controller_manager()?;
+            cluster.start_controller_manager(spec.node.is_some())?;
+        }
+        if let Some(node) = &spec.node {
+            let kubeconfig = cluster.kubeconfig_yaml(0, ADMIN_USER, &cluster.pki.admin()?);
+            let dir = cluster.dir.join("node");
+            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir).await?);
         }
         Ok(cluster)
     }
 
-    fn start_controller_manager(&self) -> Result<(), Error> {
+    /// Starts kube-controller-manager; with a node it also runs the controllers that turn
+    /// workloads into Pods and Services into EndpointSlices.
+    fn start_controller_manager(&self, with_node: bool) -> Result<(), Error> {
+        let mut controllers = "garbage-collector-controller,namespace-controller".to_owned();
+        if with_node {
+            controllers
+                .push_str(",deployment-controller,replicaset-controller,endpointslice-controller");
+        }
         let kubeconfig = self.kubeconfig_path().display().to_string();
         let port = free_port()?;
         let args = vec![
@@ -107,7 +132,7 @@ impl Cluster {
             format!("--secure-port={port}"),
             "--leader-elect=false".to_owned(),
             "--use-service-account-credentials=false".to_owned(),
-            "--controllers=garbage-collector-controller,namespace-controller".to_owned(),
+            format!("--controllers={controllers}"),
             "--v=2".to_owned(),
         ];
         let process = ManagedProcess::spawn(
@@ -126,6 +151,11 @@ impl Cluster {
     /// The cluster's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The node agent, when the cluster was started with one.
+    pub fn node(&self) -> Option<&NodeAgent> {
+        self.node.as_ref()
     }
 
     /// The cluster's directory (PKI, kubeconfigs, logs).

@@ -25,6 +25,8 @@ mod etcd;
 pub mod gateway_api;
 pub mod kubeconfig;
 pub mod manifests;
+pub mod netns;
+pub mod node;
 pub mod pki;
 mod process;
 
@@ -88,6 +90,9 @@ pub enum Error {
         waited: Duration,
         log_tail: String,
     },
+    /// Creating or configuring a network namespace, a bridge or a veth failed.
+    #[error("network namespaces: {0}")]
+    Network(String),
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
     #[error("kubernetes API: {0}")]

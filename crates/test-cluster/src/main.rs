@@ -1,7 +1,8 @@
 //! `test-cluster`: the harness as a command, for the demo and for people.
 //!
 //! ```text
-//! test-cluster up --clusters client,target [--ha target] [--controller-manager] [--gateway-api] --state-dir DIR
+//! test-cluster up --clusters client,target [--ha target] [--controller-manager] [--gateway-api]
+//!                 [--node target --image NAME=PATH ...] --state-dir DIR
 //! test-cluster down --state-dir DIR
 //! ```
 //! `up` starts the control plane, writes `DIR/<cluster>/kubeconfig` for each cluster and
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use service_support::logging::{self, LogFormat};
+use test_cluster::node::NodeSpec;
 use test_cluster::{ClusterSpec, ControlPlane};
 
 #[derive(Parser)]
@@ -44,6 +46,12 @@ enum Cmd {
         /// Install the Gateway API CRDs (standard channel) on every cluster.
         #[arg(long)]
         gateway_api: bool,
+        /// Clusters that get a node agent running their Pods as local processes.
+        #[arg(long, value_delimiter = ',')]
+        node: Vec<String>,
+        /// An image the nodes run, as NAME=EXECUTABLE (repeatable).
+        #[arg(long = "image", value_parser = parse_image)]
+        images: Vec<(String, PathBuf)>,
         /// Where PKI, kubeconfigs, logs and etcd data go. Wiped at start.
         #[arg(long)]
         state_dir: PathBuf,
@@ -64,10 +72,34 @@ fn main() -> anyhow::Result<()> {
             ha,
             controller_manager,
             gateway_api,
+            node,
+            images,
             state_dir,
-        } => up(clusters, ha, controller_manager, gateway_api, &state_dir),
+        } => up(
+            clusters,
+            ha,
+            controller_manager,
+            gateway_api,
+            Nodes { node, images },
+            &state_dir,
+        ),
         Cmd::Down { state_dir } => down(&state_dir),
     }
+}
+
+fn parse_image(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(path)))
+        }
+        _ => Err(format!("{arg:?}: expected NAME=EXECUTABLE")),
+    }
+}
+
+/// Which clusters get a node, and the images the nodes run.
+struct Nodes {
+    node: Vec<String>,
+    images: Vec<(String, PathBuf)>,
 }
 
 fn up(
@@ -75,10 +107,14 @@ fn up(
     ha: Vec<String>,
     controller_manager: bool,
     gateway_api: bool,
+    nodes: Nodes,
     state_dir: &Path,
 ) -> anyhow::Result<()> {
     if let Some(unknown) = ha.iter().find(|h| !clusters.contains(h)) {
         bail!("--ha {unknown}: no such cluster in --clusters");
+    }
+    if let Some(unknown) = nodes.node.iter().find(|n| !clusters.contains(n)) {
+        bail!("--node {unknown}: no such cluster in --clusters");
     }
     if let Some(pid) = running_pid(state_dir) {
         bail!(
@@ -102,6 +138,13 @@ fn up(
         if controller_manager {
             spec = spec.controller_manager();
         }
+        if nodes.node.contains(name) {
+            let node = nodes.images.iter().fold(
+                NodeSpec::new(format!("{name}-node")),
+                |node, (image, path)| node.image(image, path),
+            );
+            spec = spec.node(node);
+        }
         builder = builder.cluster(spec);
     }
     if gateway_api {
@@ -123,6 +166,13 @@ fn up(
             for i in 0..c.server_count() {
                 println!("  server     {}", c.server_url(i));
                 println!("  kubeconfig {}", c.kubeconfig_path_for_server(i).display());
+            }
+            if let Some(node) = c.node() {
+                println!("  node       {} (pods in 10.244.0.0/24)", node.name());
+                println!(
+                    "  pod network: nsenter --net={} <command>",
+                    node.world().ns_path().display()
+                );
             }
             env.push_str(&format!(
                 "export KUBECONFIG_{}={}\n",

@@ -40,6 +40,10 @@ pub struct ManagedProcess {
     name: String,
     child: Child,
     log_path: PathBuf,
+    /// Leads a process group of its own: signals and the kill reach its whole tree.
+    group: bool,
+    /// The group's leader has been reaped, so its id may belong to someone else now.
+    reaped: bool,
 }
 
 impl ManagedProcess {
@@ -50,17 +54,75 @@ impl ManagedProcess {
         args: &[String],
         log_path: &Path,
     ) -> Result<Self, Error> {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        Self::spawn_command(name, cmd, log_path)
+    }
+
+    /// Starts a prepared `cmd` (its program, arguments, environment, working directory and any
+    /// `pre_exec` steps as the caller set them), stdout and stderr appended to `log_path`.
+    pub(crate) fn spawn_command(
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<Self, Error> {
         let log = File::options()
             .create(true)
             .append(true)
             .open(log_path)
             .map_err(|e| Error::io(log_path, e))?;
         let log_err = log.try_clone().map_err(|e| Error::io(log_path, e))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
+        cmd.stdout(log).stderr(log_err);
+        Self::spawn_with_output(name, cmd, log_path)
+    }
+
+    /// Like [`Self::spawn_command`], but stdout and stderr are pipes for the caller to read
+    /// ([`Self::take_output`]) and write to `log_path` in a form of its own, and the process
+    /// leads a process group: [`Self::signal`] and [`Self::kill`] reach everything it started,
+    /// and what is left of the group when it exits is killed (as a container runtime does).
+    pub(crate) fn spawn_command_piped(
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<Self, Error> {
+        use std::os::unix::process::CommandExt;
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut process = Self::spawn_with_output(name, cmd, log_path)?;
+        process.group = true;
+        Ok(process)
+    }
+
+    /// Signals the whole group while its leader's id is still reserved (not reaped).
+    fn signal_group(&self, signal: nix::sys::signal::Signal) {
+        if self.group && !self.reaped {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::killpg(pid, signal);
+        }
+    }
+
+    /// Whether the leader has exited, without reaping it.
+    fn leader_exited(&self) -> bool {
+        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        !matches!(waitid(Id::Pid(pid), flags), Ok(WaitStatus::StillAlive))
+    }
+
+    /// The pipes of a process started with [`Self::spawn_command_piped`] (once).
+    pub(crate) fn take_output(
+        &mut self,
+    ) -> (
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+    ) {
+        (self.child.stdout.take(), self.child.stderr.take())
+    }
+
+    fn spawn_with_output(name: &str, mut cmd: Command, log_path: &Path) -> Result<Self, Error> {
+        let program = PathBuf::from(cmd.get_program());
+        cmd.stdin(Stdio::null());
         set_parent_death_signal(&mut cmd);
 
         let (tx, rx) = mpsc::channel();
@@ -72,15 +134,14 @@ impl ManagedProcess {
         let child = rx
             .recv()
             .expect("spawner thread replies")
-            .map_err(|source| Error::Spawn {
-                program: program.to_owned(),
-                source,
-            })?;
+            .map_err(|source| Error::Spawn { program, source })?;
         tracing::debug!(name, pid = child.id(), log = %log_path.display(), "started");
         Ok(Self {
             name: name.to_owned(),
             child,
             log_path: log_path.to_owned(),
+            group: false,
+            reaped: false,
         })
     }
 
@@ -101,7 +162,12 @@ impl ManagedProcess {
 
     /// `Some(status)` once the process has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        if self.group && !self.reaped && self.leader_exited() {
+            self.signal_group(nix::sys::signal::Signal::SIGKILL);
+        }
+        let status = self.child.try_wait().ok().flatten();
+        self.reaped |= status.is_some();
+        status
     }
 
     /// The last `lines` lines of the log.
@@ -109,8 +175,20 @@ impl ManagedProcess {
         tail_file(&self.log_path, lines)
     }
 
+    /// Sends `signal` to the process unless it has already been reaped.
+    pub fn signal(&mut self, signal: nix::sys::signal::Signal) {
+        if self.group {
+            self.signal_group(signal);
+        } else if self.child.try_wait().ok().flatten().is_none() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
+    }
+
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
+        self.signal_group(nix::sys::signal::Signal::SIGKILL);
+        self.reaped = true;
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -1,0 +1,302 @@
+//! Private network namespaces: one [`World`] per test world (a bridge `kt0` at `10.244.0.1/24`
+//! that only it knows) and one [`PodNetwork`] per Pod (its own `eth0` at `10.244.0.N/24`, a veth
+//! whose other end is on the bridge, a default route via the bridge).
+//!
+//! Each namespace is held by a `sleep infinity` process that `unshare(CLONE_NEWNET)`s before it
+//! execs, started like every other harness process (parent-death signal, killed on drop). No
+//! mount and no name under `/run/netns` is made, so a harness that is killed leaves nothing
+//! behind: its holders die with it, and with the last holder the kernel removes the namespace
+//! and every veth and bridge in it. Every link is created from inside the world's namespace
+//! (`ip` run with the namespace entered), so the host's namespace gains no link, address or
+//! route. The harness reaches pods with [`World::connect`]: a socket created on a thread that
+//! has entered the world keeps that namespace for its whole life.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::sched::{CloneFlags, setns};
+
+use crate::Error;
+use crate::process::ManagedProcess;
+
+/// The bridge's name inside the world.
+pub const BRIDGE: &str = "kt0";
+/// The bridge's address: the pods' default gateway.
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
+/// The prefix length of the pod network `10.244.0.0/24`.
+pub const PREFIX_LEN: u8 = 24;
+
+/// A process holding a fresh network namespace, and an open handle on that namespace.
+struct Holder {
+    ns: File,
+    process: ManagedProcess,
+}
+
+impl Holder {
+    fn start(name: &str, log_dir: &Path) -> Result<Self, Error> {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("infinity");
+        unshare_net_before_exec(&mut cmd);
+        let log = log_dir.join(format!("{}.log", name.replace('/', "_")));
+        let process = ManagedProcess::spawn_command(name, cmd, &log)?;
+        // spawn returns after the exec, so the unshare has happened.
+        let path = PathBuf::from(format!("/proc/{}/ns/net", process.pid()));
+        let ns = File::open(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(Self { ns, process })
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+/// The private network namespace of one test world, with its bridge.
+pub struct World {
+    name: String,
+    dir: PathBuf,
+    holder: Holder,
+    state: Mutex<Allocations>,
+}
+
+#[derive(Default)]
+struct Allocations {
+    /// Host parts (the N of 10.244.0.N) in use.
+    hosts: Vec<u8>,
+    /// Veth names are never reused within a world: a deleted link can linger in the kernel.
+    next_link: u32,
+}
+
+impl World {
+    /// Creates the namespace, brings `lo` up and creates the bridge. `dir` holds the holders'
+    /// (empty) logs.
+    pub fn create(name: &str, dir: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let holder = Holder::start(&format!("{name}/netns"), dir)?;
+        let world = Self {
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+            holder,
+            state: Mutex::new(Allocations::default()),
+        };
+        let gateway = format!("{GATEWAY}/{PREFIX_LEN}");
+        world.ip(&["link", "set", "lo", "up"])?;
+        world.ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        world.ip(&["addr", "add", &gateway, "dev", BRIDGE])?;
+        world.ip(&["link", "set", BRIDGE, "up"])?;
+        Ok(world)
+    }
+
+    /// The world's name (used in process names).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The path of the world's namespace (for `nsenter --net=<path>`), valid while it lives.
+    pub fn ns_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/ns/net", self.holder.pid()))
+    }
+
+    /// The pid of the process holding the world's namespace.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.pid()
+    }
+
+    /// Runs `ip args` inside the world.
+    pub fn ip(&self, args: &[&str]) -> Result<String, Error> {
+        run_in(self.holder.ns.as_fd(), "ip", args)
+    }
+
+    /// Opens a TCP connection from inside the world (to a pod's address).
+    pub async fn connect(&self, addr: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+        let ns = self.holder.ns.try_clone()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A thread of its own: entering a namespace is per thread, and this one ends right after.
+        std::thread::Builder::new()
+            .name("netns-connect".into())
+            .spawn(move || {
+                let result = setns(&ns, CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| {
+                        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                    });
+                let _ = tx.send(result);
+            })?;
+        let stream = rx
+            .await
+            .map_err(|_| std::io::Error::other("netns-connect thread died"))??;
+        stream.set_nonblocking(true)?;
+        tokio::net::TcpStream::from_std(stream)
+    }
+
+    /// Creates a pod's namespace with its own address on the bridge.
+    pub fn add_pod(self: &Arc<Self>, name: &str) -> Result<PodNetwork, Error> {
+        let (host, link) = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let host = (2..=254u8)
+                .find(|h| !state.hosts.contains(h))
+                .ok_or_else(|| Error::Network("no free address in 10.244.0.0/24".into()))?;
+            state.hosts.push(host);
+            state.next_link += 1;
+            (host, format!("vkt{}", state.next_link))
+        };
+        let holder = match Holder::start(&format!("{}/netns-{name}", self.name), &self.dir) {
+            Ok(h) => h,
+            Err(e) => {
+                self.release(host);
+                return Err(e);
+            }
+        };
+        let pod = PodNetwork {
+            world: Arc::clone(self),
+            holder,
+            ip: Ipv4Addr::new(10, 244, 0, host),
+            link,
+        };
+        pod.configure()?;
+        Ok(pod)
+    }
+
+    fn release(&self, host: u8) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .hosts
+            .retain(|h| *h != host);
+    }
+}
+
+/// One pod's network namespace. Dropping it deletes its veth and its namespace and frees its
+/// address.
+pub struct PodNetwork {
+    world: Arc<World>,
+    holder: Holder,
+    ip: Ipv4Addr,
+    link: String,
+}
+
+impl PodNetwork {
+    fn configure(&self) -> Result<(), Error> {
+        let pid = self.holder.pid().to_string();
+        let w = &self.world;
+        w.ip(&[
+            "link", "add", &self.link, "type", "veth", "peer", "name", "eth0", "netns", &pid,
+        ])?;
+        w.ip(&["link", "set", &self.link, "master", BRIDGE])?;
+        w.ip(&["link", "set", &self.link, "up"])?;
+        let addr = format!("{}/{PREFIX_LEN}", self.ip);
+        let gateway = GATEWAY.to_string();
+        self.ip_cmd(&["link", "set", "lo", "up"])?;
+        self.ip_cmd(&["addr", "add", &addr, "dev", "eth0"])?;
+        self.ip_cmd(&["link", "set", "eth0", "up"])?;
+        self.ip_cmd(&["route", "add", "default", "via", &gateway])?;
+        Ok(())
+    }
+
+    /// The pod's address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// The path of the pod's namespace (for `nsenter --net=<path>`), valid while it lives.
+    pub fn ns_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/ns/net", self.holder.pid()))
+    }
+
+    /// The pid of the process holding the pod's namespace.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.pid()
+    }
+
+    /// Runs `ip args` inside the pod's namespace.
+    pub fn ip_cmd(&self, args: &[&str]) -> Result<String, Error> {
+        run_in(self.holder.ns.as_fd(), "ip", args)
+    }
+
+    /// Makes `cmd` enter the pod's namespace before it execs. Spawn it while `self` lives.
+    pub fn enter(&self, cmd: &mut Command) {
+        enter_before_exec(cmd, self.holder.ns.as_raw_fd());
+    }
+
+    /// Starts `cmd` inside the pod's namespace as a managed process logging to `log_path`.
+    pub fn spawn(
+        &self,
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<ManagedProcess, Error> {
+        self.enter(&mut cmd);
+        ManagedProcess::spawn_command(name, cmd, log_path)
+    }
+
+    /// Like [`Self::spawn`], with stdout and stderr as pipes for the caller.
+    pub(crate) fn spawn_piped(
+        &self,
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+    ) -> Result<ManagedProcess, Error> {
+        self.enter(&mut cmd);
+        ManagedProcess::spawn_command_piped(name, cmd, log_path)
+    }
+}
+
+impl Drop for PodNetwork {
+    fn drop(&mut self) {
+        // Deleting the world's end removes the pair at once; the namespace goes with its holder.
+        if let Err(e) = self.world.ip(&["link", "del", &self.link]) {
+            tracing::warn!(link = %self.link, error = %e, "deleting a pod's veth");
+        }
+        self.holder.process.kill();
+        self.world.release(self.ip.octets()[3]);
+    }
+}
+
+/// Runs `program args` with the namespace `ns` entered; its stdout, or an error with stderr.
+fn run_in(ns: BorrowedFd<'_>, program: &str, args: &[&str]) -> Result<String, Error> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    enter_before_exec(&mut cmd, ns.as_raw_fd());
+    let out = cmd.output().map_err(|e| Error::io(Path::new(program), e))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(Error::Network(format!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+#[allow(unsafe_code)]
+fn enter_before_exec(cmd: &mut Command, ns: i32) {
+    // SAFETY: the closure runs in the forked child before exec and only calls setns(2), which
+    // is async-signal-safe; `ns` is an inherited descriptor the caller keeps open until spawn
+    // returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            setns(BorrowedFd::borrow_raw(ns), CloneFlags::CLONE_NEWNET)
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
+#[allow(unsafe_code)]
+fn unshare_net_before_exec(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls unshare(2).
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
+        });
+    }
+}

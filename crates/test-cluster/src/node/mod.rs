@@ -1,0 +1,374 @@
+//! A node agent: the kubelet (and the scheduler) of a one-node cluster, running each container
+//! as a local process in its Pod's own network namespace.
+//!
+//! [`NodeAgent::start`] creates a private network namespace ([`World`]), registers a Node
+//! (`Ready`, its address is the bridge's [`GATEWAY`]) with a heartbeat Lease in
+//! `kube-node-lease`, binds every pending Pod to itself (`binding` subresource) and runs the
+//! Pods bound to it (see `pod`). Images are not pulled: [`NodeSpec::image`] maps an image name
+//! to an executable; an unmapped image leaves the container `Waiting` with `ErrImagePull`.
+//!
+//! The agent runs on a thread with its own tokio runtime, so it outlives the runtime of the test
+//! (or of the shared control plane's start) that started it; dropping the [`NodeAgent`] stops it
+//! and every process and namespace it made.
+
+mod crilog;
+mod env;
+mod logs;
+mod pod;
+mod probe;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::sync::{oneshot, watch};
+
+use crate::Error;
+use crate::netns::{GATEWAY, World};
+
+/// What the node runs: its name and the image → executable map.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Image name (as written in a Pod, tag included if the Pod has one) → the executable that
+    /// stands in for the image's entrypoint.
+    pub images: BTreeMap<String, PathBuf>,
+}
+
+impl NodeSpec {
+    /// A node named `name` that knows no image yet.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            images: BTreeMap::new(),
+        }
+    }
+
+    /// Maps `image` to `executable`.
+    pub fn image(mut self, image: impl Into<String>, executable: impl Into<PathBuf>) -> Self {
+        self.images.insert(image.into(), executable.into());
+        self
+    }
+}
+
+/// What every Pod worker shares.
+struct Context {
+    client: kube::Client,
+    spec: NodeSpec,
+    world: Arc<World>,
+    dir: PathBuf,
+    kubelet_port: u16,
+}
+
+/// A running node agent. Dropping it stops every container and removes every namespace.
+pub struct NodeAgent {
+    name: String,
+    dir: PathBuf,
+    world: Arc<World>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NodeAgent {
+    /// Creates the private network namespace, registers the Node with the cluster that
+    /// `kubeconfig` (kubeconfig text) points at, and starts running its Pods. Containers' logs
+    /// and working directories live under `dir`.
+    pub async fn start(spec: NodeSpec, kubeconfig: String, dir: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let world = Arc::new(World::create(&spec.name, &dir.join("netns"))?);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let context_world = Arc::clone(&world);
+        let context_dir = dir.to_owned();
+        let name = spec.name.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("node-{name}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("node agent runtime");
+                runtime.block_on(run(
+                    spec,
+                    kubeconfig,
+                    context_world,
+                    context_dir,
+                    ready_tx,
+                    shutdown_rx,
+                ));
+                // Dropping the runtime drops every Pod worker, and with them their processes
+                // and namespaces.
+            })
+            .map_err(|e| Error::io(Path::new("node agent thread"), e))?;
+        let agent = Self {
+            name,
+            dir: dir.to_owned(),
+            world,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        };
+        ready_rx
+            .await
+            .map_err(|_| Error::Network("the node agent stopped while registering".into()))??;
+        Ok(agent)
+    }
+
+    /// The Node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The private network namespace the Pods live in (reach them with [`World::connect`]).
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    /// Where a container's stdout and stderr go.
+    pub fn container_log_path(&self, namespace: &str, pod: &str, container: &str) -> PathBuf {
+        pod::log_path(&self.dir, namespace, pod, container)
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn run(
+    spec: NodeSpec,
+    kubeconfig: String,
+    world: Arc<World>,
+    dir: PathBuf,
+    ready: oneshot::Sender<Result<(), Error>>,
+    shutdown: oneshot::Receiver<()>,
+) {
+    let registered = async {
+        let endpoint = logs::Endpoint::bind(&spec.name)?;
+        let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
+        register(&client, &spec.name, endpoint.port()).await?;
+        Ok::<_, Error>((client, endpoint))
+    }
+    .await;
+    let (client, endpoint) = match registered {
+        Ok(registered) => {
+            let _ = ready.send(Ok(()));
+            registered
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let context = Arc::new(Context {
+        client,
+        spec,
+        world,
+        kubelet_port: endpoint.port(),
+        dir,
+    });
+    tokio::select! {
+        _ = shutdown => {}
+        () = endpoint.serve(context.dir.clone()) => {}
+        () = heartbeat(&context) => {}
+        () = pods(&context) => {}
+    }
+}
+
+/// The Node's status as the agent reports it (also every heartbeat).
+fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
+    let now = now();
+    json!({
+        "status": {
+            "conditions": [{
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kube-tenancy test node agent is posting ready status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": since,
+            }],
+            // kube-apiserver reaches the kubelet at the first address of the type it prefers
+            // (Hostname first): the log endpoint on host loopback.
+            "addresses": [
+                {"type": "InternalIP", "address": GATEWAY.to_string()},
+                {"type": "Hostname", "address": "127.0.0.1"},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "250"},
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "250"},
+            "nodeInfo": {
+                "machineID": "", "systemUUID": "", "bootID": "",
+                "kernelVersion": "", "osImage": "kube-tenancy test node",
+                "containerRuntimeVersion": "process://0", "kubeletVersion": "v0.0.0-kube-tenancy",
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": std::env::consts::ARCH,
+            },
+        }
+    })
+}
+
+async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        }},
+    }))
+    .map_err(|e| Error::Manifest(e.to_string()))?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(node_status(&now(), kubelet_port)),
+        )
+        .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()},
+    }))
+    .map_err(|e| Error::Manifest(e.to_string()))?;
+    match leases.create(&PostParams::default(), &lease).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => renew(client, name).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn renew(client: &kube::Client, name: &str) -> Result<(), Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let patch = json!({"spec": {"holderIdentity": name, "renewTime": now_micro()}});
+    leases
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Renews the Lease every 10 s and re-posts the Node's status every minute, as a kubelet does.
+async fn heartbeat(context: &Context) {
+    let name = &context.spec.name;
+    let since = now();
+    let nodes: Api<Node> = Api::all(context.client.clone());
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    for n in 0u64.. {
+        tick.tick().await;
+        if let Err(e) = renew(&context.client, name).await {
+            tracing::warn!(node = %name, error = %e, "renewing the node lease");
+        }
+        if n % 6 == 5
+            && let Err(e) = nodes
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(node_status(&since, context.kubelet_port)),
+                )
+                .await
+        {
+            tracing::warn!(node = %name, error = %e, "posting the node status");
+        }
+    }
+}
+
+/// Watches every Pod: binds the pending ones, hands the node's own to their workers.
+async fn pods(context: &Arc<Context>) {
+    let api: Api<Pod> = Api::all(context.client.clone());
+    let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+    let mut events =
+        std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching pods");
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                match node_name {
+                    None => bind(context, &pod).await,
+                    Some(n) if n == context.spec.name => {
+                        if let Some(tx) = workers.get(&uid) {
+                            let _ = tx.send(Some(pod));
+                        } else {
+                            let (tx, rx) = watch::channel(Some(pod));
+                            workers.insert(uid, tx);
+                            tokio::spawn(pod::run(Arc::clone(context), rx));
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+            watcher::Event::Delete(pod) => {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if let Some(tx) = workers.remove(&uid) {
+                    let _ = tx.send(None);
+                }
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+}
+
+/// Binds a pending Pod to this node, as the scheduler would.
+async fn bind(context: &Context, pod: &Pod) {
+    let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+    if pod.metadata.deletion_timestamp.is_some()
+        || scheduler.is_some_and(|s| s != "default-scheduler")
+    {
+        return;
+    }
+    let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
+        return;
+    };
+    let api: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "uid": pod.metadata.uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": context.spec.name},
+    });
+    let bound: Result<serde_json::Value, _> = api
+        .create_subresource("binding", name, &PostParams::default(), &binding)
+        .await;
+    match bound {
+        Ok(_) => tracing::debug!(%namespace, %name, "bound"),
+        // Already bound (a stale event) or gone.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+        Err(e) => tracing::warn!(%namespace, %name, error = %e, "binding a pod"),
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn now_micro() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Microsecond)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,882 @@
+//! One Pod on the node: its network namespace, a process per container, its status, and its
+//! graceful deletion.
+//!
+//! A worker owns everything of its Pod (the [`PodNetwork`], the [`ManagedProcess`]es), so
+//! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Event, LifecycleHandler, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::probe::{self, Prober};
+use super::{Context, now};
+use super::{crilog, env};
+use crate::netns::{GATEWAY, PodNetwork};
+use crate::process::ManagedProcess;
+
+/// How often a worker looks at its processes.
+const POLL: Duration = Duration::from_millis(200);
+/// How soon a container whose configuration failed (a missing Secret) is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// The longest crash-loop back-off, as the kubelet's.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Where a container's output goes, under the agent's directory.
+pub(super) fn log_path(dir: &Path, namespace: &str, pod: &str, container: &str) -> PathBuf {
+    dir.join("pods")
+        .join(format!("{namespace}_{pod}"))
+        .join(format!("{container}.log"))
+}
+
+enum State {
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        process: ManagedProcess,
+        started: String,
+    },
+    Terminated {
+        exit_code: i32,
+        signal: Option<i32>,
+        started: String,
+        finished: String,
+    },
+}
+
+struct ContainerRun {
+    spec: Container,
+    state: State,
+    /// The state before the last restart (`lastState`).
+    last: Option<Value>,
+    restarts: i32,
+    /// When a container waiting in back-off starts again.
+    restart_at: Option<Instant>,
+    /// Whether it ever ran (an `ErrImagePull` container never does).
+    ever_started: bool,
+    /// The probes of the current run.
+    probes: Probes,
+    /// The environment and working directory of the current run, for exec hooks.
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
+}
+
+/// The probes of one container run, and a pending kill by a failed liveness or startup probe.
+#[derive(Default)]
+struct Probes {
+    startup: Option<Prober>,
+    readiness: Option<Prober>,
+    liveness: Option<Prober>,
+    /// When a container told to stop (SIGTERM) for a failed probe gets SIGKILL.
+    kill_at: Option<Instant>,
+}
+
+impl ContainerRun {
+    /// Running and past its startup probe.
+    fn started(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+            && self.probes.startup.as_ref().is_none_or(|p| p.passing)
+    }
+
+    /// Started, passing its readiness probe, and not being killed.
+    fn ready(&self) -> bool {
+        self.started()
+            && self.probes.kill_at.is_none()
+            && self.probes.readiness.as_ref().is_none_or(|p| p.passing)
+    }
+}
+
+struct Worker {
+    context: Arc<Context>,
+    pod: Pod,
+    namespace: String,
+    name: String,
+    uid: String,
+    net: Option<PodNetwork>,
+    containers: Vec<ContainerRun>,
+    start_time: String,
+    reported: Option<Value>,
+}
+
+/// Runs the Pod `rx` carries until it is gone (`None`) or deleted.
+pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Pod>>) {
+    let Some(pod) = rx.borrow_and_update().clone() else {
+        return;
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        // Finished before this agent saw it: nothing to run, only its deletion to complete.
+        let mut pod = pod;
+        while pod.metadata.deletion_timestamp.is_none() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+            match rx.borrow_and_update().clone() {
+                Some(next) => pod = next,
+                None => return,
+            }
+        }
+        delete_now(&context, &namespace, &name, &uid).await;
+        return;
+    }
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|spec| ContainerRun {
+            spec,
+            state: State::Waiting {
+                reason: "ContainerCreating".into(),
+                message: String::new(),
+            },
+            last: None,
+            restarts: 0,
+            restart_at: Some(Instant::now()),
+            ever_started: false,
+            probes: Probes::default(),
+            env: Vec::new(),
+            cwd: PathBuf::new(),
+        })
+        .collect();
+    let mut worker = Worker {
+        context,
+        pod,
+        namespace,
+        name,
+        uid,
+        net: None,
+        containers,
+        start_time: now(),
+        reported: None,
+    };
+    worker.drive(&mut rx).await;
+}
+
+impl Worker {
+    async fn drive(&mut self, rx: &mut watch::Receiver<Option<Pod>>) {
+        let world = Arc::clone(&self.context.world);
+        let pod = format!("{}-{}", self.namespace, self.name);
+        // `ip` runs a few times: off the runtime's threads.
+        let net = tokio::task::spawn_blocking(move || world.add_pod(&pod))
+            .await
+            .unwrap_or_else(|e| {
+                Err(crate::Error::Network(format!(
+                    "creating the namespace: {e}"
+                )))
+            });
+        match net {
+            Ok(net) => self.net = Some(net),
+            Err(e) => {
+                let message = format!("creating the pod's network namespace: {e}");
+                self.event("Warning", "FailedCreatePodSandBox", &message)
+                    .await;
+                for c in &mut self.containers {
+                    c.restart_at = None;
+                    c.state = State::Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: message.clone(),
+                    };
+                }
+            }
+        }
+        let spec = self.pod.spec.as_ref();
+        let refused =
+            if spec.is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty())) {
+                Some("init containers are not supported by this node yet")
+            } else if spec.is_some_and(|s| s.host_network == Some(true)) {
+                Some("hostNetwork is not supported by this node yet")
+            } else {
+                None
+            };
+        if let Some(message) = refused {
+            let message = message.to_owned();
+            for i in 0..self.containers.len() {
+                self.containers[i].restart_at = None;
+                let event = format!("Error: {message}");
+                self.wait(i, "CreateContainerConfigError", message.clone(), &event)
+                    .await;
+            }
+        }
+        loop {
+            if self.pod.metadata.deletion_timestamp.is_some() {
+                self.terminate().await;
+                delete_now(&self.context, &self.namespace, &self.name, &self.uid).await;
+                return;
+            }
+            self.step().await;
+            self.report().await;
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    match rx.borrow_and_update().clone() {
+                        Some(pod) => self.pod = pod,
+                        // Removed without a graceful deletion: everything goes at once.
+                        None => return,
+                    }
+                }
+                () = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    /// Starts containers that are due, notices the ones that exited, applies the restart policy.
+    async fn step(&mut self) {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        for i in 0..self.containers.len() {
+            if let State::Running { process, started } = &mut self.containers[i].state
+                && let Some(status) = process.exited()
+            {
+                use std::os::unix::process::ExitStatusExt;
+                let state = State::Terminated {
+                    exit_code: status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+                    signal: status.signal(),
+                    started: started.clone(),
+                    finished: now(),
+                };
+                let c = &mut self.containers[i];
+                c.state = state;
+                let failed =
+                    matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0);
+                if policy == "Always" || (policy == "OnFailure" && failed) {
+                    // The first restart is at once; then 10 s, doubling up to 5 minutes.
+                    let backoff = if c.restarts == 0 {
+                        Duration::ZERO
+                    } else {
+                        (Duration::from_secs(10) * 2u32.saturating_pow(c.restarts as u32 - 1))
+                            .min(MAX_BACKOFF)
+                    };
+                    c.restart_at = Some(Instant::now() + backoff);
+                    if !backoff.is_zero() {
+                        c.last = Some(state_json(&c.state));
+                        c.state = State::Waiting {
+                            reason: "CrashLoopBackOff".into(),
+                            message: format!(
+                                "back-off {}s restarting failed container={} pod={}_{}({})",
+                                backoff.as_secs(),
+                                c.spec.name,
+                                self.name,
+                                self.namespace,
+                                self.uid
+                            ),
+                        };
+                    }
+                }
+            }
+            let due = self.containers[i]
+                .restart_at
+                .is_some_and(|at| at <= Instant::now());
+            if due && self.net.is_some() {
+                self.start_container(i).await;
+            }
+            self.probe(i).await;
+        }
+    }
+
+    /// Runs container `i`'s due probes; a failed liveness or startup probe stops the container
+    /// (SIGTERM, SIGKILL after the grace period) and the restart policy takes over.
+    async fn probe(&mut self, i: usize) {
+        let Some(ip) = self.net.as_ref().map(PodNetwork::ip) else {
+            return;
+        };
+        let world = Arc::clone(&self.context.world);
+        let pod_grace = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        let now = Instant::now();
+        let mut events = Vec::new();
+        let c = &mut self.containers[i];
+        let State::Running { process, .. } = &mut c.state else {
+            return;
+        };
+        if let Some(at) = c.probes.kill_at {
+            if at <= now {
+                process.kill();
+            }
+            return;
+        }
+        let name = c.spec.name.clone();
+        let mut kill = None;
+        if let Some(startup) = c.probes.startup.as_mut().filter(|p| !p.passing) {
+            if startup.due(now)
+                && let Err(message) = startup.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Startup probe failed: {message}")));
+                if startup.failed() {
+                    kill = Some(("startup", startup.termination_grace()));
+                }
+            }
+        } else {
+            if let Some(liveness) = c.probes.liveness.as_mut()
+                && liveness.due(now)
+                && let Err(message) = liveness.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Liveness probe failed: {message}")));
+                if liveness.failed() {
+                    kill = Some(("liveness", liveness.termination_grace()));
+                }
+            }
+            if let Some(readiness) = c.probes.readiness.as_mut()
+                && readiness.due(now)
+                && let Err(message) = readiness.probe(&world, ip, &c.spec).await
+            {
+                events.push(("Unhealthy", format!("Readiness probe failed: {message}")));
+            }
+        }
+        if let Some((kind, grace)) = kill {
+            let grace = grace.unwrap_or(pod_grace).max(0) as u64;
+            process.signal(Signal::SIGTERM);
+            c.probes.kill_at = Some(Instant::now() + Duration::from_secs(grace));
+            events.push((
+                "Killing",
+                format!("Container {name} failed {kind} probe, will be restarted"),
+            ));
+        }
+        for (reason, message) in events {
+            let kind = if reason == "Killing" {
+                "Normal"
+            } else {
+                "Warning"
+            };
+            self.event(kind, reason, &message).await;
+        }
+    }
+
+    async fn start_container(&mut self, i: usize) {
+        let c = &mut self.containers[i];
+        c.restart_at = None;
+        let container = c.spec.name.clone();
+        let image = c.spec.image.clone().unwrap_or_default();
+        let Some(executable) = self.context.spec.images.get(&image).cloned() else {
+            let known: Vec<&str> = self
+                .context
+                .spec
+                .images
+                .keys()
+                .map(String::as_str)
+                .collect();
+            let message = format!(
+                "image {image:?} is not in this node's image map (it knows: {}); no image is pulled",
+                known.join(", ")
+            );
+            let event = format!("Failed to pull image {image:?}: {message}");
+            self.wait(i, "ErrImagePull", message, &event).await;
+            return;
+        };
+        let cmd = match self.command(i, &executable).await {
+            Ok(cmd) => cmd,
+            Err(message) => {
+                let event = format!("Error: {message}");
+                self.wait(i, "CreateContainerConfigError", message, &event)
+                    .await;
+                // As the kubelet: tried again, so a Secret that appears later is picked up.
+                self.containers[i].restart_at = Some(Instant::now() + CONFIG_RETRY);
+                return;
+            }
+        };
+        let log = log_path(&self.context.dir, &self.namespace, &self.name, &container);
+        let net = self.net.as_ref().expect("started only with a network");
+        let env: Vec<(OsString, OsString)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+            .collect();
+        let cwd = cmd
+            .get_current_dir()
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        let spawned = log
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(|e| crate::Error::io(&log, e))
+            .and_then(|()| {
+                let mut process = net.spawn_piped(
+                    &format!("{}/{}/{container}", self.namespace, self.name),
+                    cmd,
+                    &log,
+                )?;
+                crilog::capture(&mut process, &log)?;
+                Ok(process)
+            });
+        match spawned {
+            Ok(process) => {
+                let c = &mut self.containers[i];
+                if matches!(c.state, State::Terminated { .. }) {
+                    c.last = Some(state_json(&c.state));
+                }
+                if c.ever_started {
+                    c.restarts += 1;
+                }
+                self.event(
+                    "Normal",
+                    "Started",
+                    &format!("Started container {container}"),
+                )
+                .await;
+                let c = &mut self.containers[i];
+                c.ever_started = true;
+                c.env = env;
+                c.cwd = cwd;
+                c.state = State::Running {
+                    process,
+                    started: now(),
+                };
+                let at = Instant::now();
+                c.probes = Probes {
+                    startup: Prober::new(c.spec.startup_probe.as_ref(), at),
+                    readiness: Prober::new(c.spec.readiness_probe.as_ref(), at),
+                    liveness: Prober::new(c.spec.liveness_probe.as_ref(), at),
+                    kill_at: None,
+                };
+            }
+            Err(e) => {
+                let message = e.to_string();
+                self.event("Warning", "Failed", &format!("Error: {message}"))
+                    .await;
+                let c = &mut self.containers[i];
+                c.ever_started = true;
+                c.state = State::Terminated {
+                    exit_code: 128,
+                    signal: None,
+                    started: now(),
+                    finished: now(),
+                };
+                c.restart_at = Some(Instant::now() + Duration::from_secs(10));
+            }
+        }
+    }
+
+    /// The container's command line and environment: the image's executable stands in for the
+    /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
+    /// `command` and then `args` follow.
+    async fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
+        let spec = &self.containers[i].spec;
+        if spec.working_dir.is_some() {
+            return Err("workingDir is not supported by this node yet".into());
+        }
+        if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+            return Err("volumes are not supported by this node yet".into());
+        }
+        for p in [
+            &spec.startup_probe,
+            &spec.readiness_probe,
+            &spec.liveness_probe,
+        ] {
+            if let Some(message) = p.as_ref().and_then(probe::unsupported) {
+                return Err(message);
+            }
+        }
+        let vars = env::build(&self.context.client, &self.namespace, spec, |path| {
+            self.field(path)
+        })
+        .await?;
+        let defined: BTreeMap<&str, &str> =
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut cmd = Command::new(executable);
+        if let Some(command) = &spec.command {
+            if let Some(first) = command.first() {
+                std::os::unix::process::CommandExt::arg0(&mut cmd, env::expand(first, &defined));
+            }
+            cmd.args(command.iter().skip(1).map(|a| env::expand(a, &defined)));
+        }
+        cmd.args(spec.args.iter().flatten().map(|a| env::expand(a, &defined)));
+        cmd.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("HOSTNAME", &self.name)
+            .envs(vars);
+        let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
+            .with_extension("d");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        cmd.current_dir(dir);
+        Ok(cmd)
+    }
+
+    /// A downward API field.
+    fn field(&self, path: &str) -> Result<String, String> {
+        let meta = &self.pod.metadata;
+        let from_map = |map: &Option<BTreeMap<String, String>>, key: &str| {
+            map.as_ref()
+                .and_then(|m| m.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let key = |prefix: &str| {
+            path.strip_prefix(prefix)
+                .and_then(|k| k.strip_suffix("']"))
+                .map(str::to_owned)
+        };
+        Ok(match path {
+            "metadata.name" => self.name.clone(),
+            "metadata.namespace" => self.namespace.clone(),
+            "metadata.uid" => self.uid.clone(),
+            "spec.nodeName" => self.context.spec.name.clone(),
+            "spec.serviceAccountName" => self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+            "status.podIP" => self.pod_ip(),
+            "status.hostIP" => GATEWAY.to_string(),
+            _ => {
+                if let Some(k) = key("metadata.labels['") {
+                    from_map(&meta.labels, &k)
+                } else if let Some(k) = key("metadata.annotations['") {
+                    from_map(&meta.annotations, &k)
+                } else {
+                    return Err(format!("fieldRef {path} is not supported by this node yet"));
+                }
+            }
+        })
+    }
+
+    fn pod_ip(&self) -> String {
+        self.net
+            .as_ref()
+            .map(|n| n.ip().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Puts container `i` in `Waiting` for `reason`, with an Event when that is news.
+    async fn wait(&mut self, i: usize, reason: &str, message: String, event: &str) {
+        let c = &mut self.containers[i];
+        if matches!(c.state, State::Terminated { .. }) {
+            c.last = Some(state_json(&c.state));
+        }
+        let news = !matches!(&c.state, State::Waiting { reason: r, message: m } if r == reason && *m == message);
+        c.state = State::Waiting {
+            reason: reason.to_owned(),
+            message,
+        };
+        if news {
+            self.event("Warning", "Failed", event).await;
+        }
+    }
+
+    /// SIGTERM to every running container, up to the grace period for them to exit, SIGKILL.
+    async fn terminate(&mut self) {
+        let grace = self
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| {
+                self.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30)
+            .max(0);
+        let deadline = Instant::now() + Duration::from_secs(grace as u64);
+        for c in &mut self.containers {
+            c.restart_at = None;
+        }
+        // preStop hooks first, all containers at once, within the grace period.
+        let hooks: Vec<_> = self
+            .containers
+            .iter()
+            .filter(|c| matches!(c.state, State::Running { .. }))
+            .filter_map(|c| {
+                let hook = c.spec.lifecycle.as_ref()?.pre_stop.as_ref()?;
+                Some(self.pre_stop(c, hook, deadline))
+            })
+            .collect();
+        let failures: Vec<String> = futures::future::join_all(hooks)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        for message in failures {
+            self.event("Warning", "FailedPreStopHook", &message).await;
+        }
+        for c in &mut self.containers {
+            if let State::Running { process, .. } = &mut c.state {
+                process.signal(Signal::SIGTERM);
+            }
+        }
+        if let Some(container) = self.containers.first() {
+            let message = format!("Stopping container {}", container.spec.name);
+            self.event("Normal", "Killing", &message).await;
+        }
+        loop {
+            let running = self.containers.iter_mut().any(|c| match &mut c.state {
+                State::Running { process, .. } => process.exited().is_none(),
+                _ => false,
+            });
+            if !running || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for c in &mut self.containers {
+            if let State::Running { process, .. } = &mut c.state {
+                process.kill();
+            }
+        }
+    }
+
+    /// Runs container `c`'s preStop `hook` (sleep, exec, httpGet) until it ends or `deadline`.
+    async fn pre_stop(
+        &self,
+        c: &ContainerRun,
+        hook: &LifecycleHandler,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let name = &c.spec.name;
+        let deadline = tokio::time::Instant::from_std(deadline);
+        if let Some(sleep) = &hook.sleep {
+            let until =
+                tokio::time::Instant::now() + Duration::from_secs(sleep.seconds.max(0) as u64);
+            tokio::time::sleep_until(until.min(deadline)).await;
+            Ok(())
+        } else if let Some(exec) = &hook.exec {
+            let argv = exec.command.clone().unwrap_or_default();
+            let Some((program, args)) = argv.split_first() else {
+                return Err(format!(
+                    "PreStopHook for container {name}: empty exec command"
+                ));
+            };
+            let mut cmd = Command::new(program);
+            cmd.args(args).env_clear().envs(c.env.iter().cloned());
+            if !c.cwd.as_os_str().is_empty() {
+                cmd.current_dir(&c.cwd);
+            }
+            let net = self.net.as_ref().ok_or("no network namespace")?;
+            let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
+            let mut process = net
+                .spawn_piped(
+                    &format!("{}/{}/{name}/preStop", self.namespace, self.name),
+                    cmd,
+                    &log,
+                )
+                .and_then(|mut p| crilog::capture(&mut p, &log).map(|()| p))
+                .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))?;
+            loop {
+                if let Some(status) = process.exited() {
+                    return if status.success() {
+                        Ok(())
+                    } else {
+                        Err(format!("PreStopHook for container {name} failed: {status}"))
+                    };
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "PreStopHook for container {name} did not finish in the grace period"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else if let Some(http) = &hook.http_get {
+            let ip = self
+                .net
+                .as_ref()
+                .map(PodNetwork::ip)
+                .ok_or("no network namespace")?;
+            let probe = k8s_openapi::api::core::v1::Probe {
+                http_get: Some(http.clone()),
+                ..Default::default()
+            };
+            tokio::time::timeout_at(
+                deadline,
+                probe::once(&self.context.world, ip, &c.spec, &probe),
+            )
+            .await
+            .map_err(|_| {
+                format!("PreStopHook for container {name} did not finish in the grace period")
+            })?
+            .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))
+        } else {
+            Err(format!(
+                "PreStopHook for container {name}: tcpSocket hooks are not supported"
+            ))
+        }
+    }
+
+    async fn report(&mut self) {
+        let status = self.status();
+        if self.reported.as_ref() == Some(&status) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        match api
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => self.reported = Some(status),
+            Err(e) => tracing::warn!(pod = %self.name, error = %e, "reporting pod status"),
+        }
+    }
+
+    fn status(&self) -> Value {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always");
+        let all_ready =
+            !self.containers.is_empty() && self.containers.iter().all(ContainerRun::ready);
+        let terminated: Vec<i32> = self
+            .containers
+            .iter()
+            .filter_map(|c| match c.state {
+                State::Terminated { exit_code, .. } if c.restart_at.is_none() => Some(exit_code),
+                _ => None,
+            })
+            .collect();
+        let all_done = !self.containers.is_empty() && terminated.len() == self.containers.len();
+        let phase = if all_done && policy != "Always" {
+            if terminated.iter().all(|code| *code == 0) {
+                "Succeeded"
+            } else {
+                "Failed"
+            }
+        } else if self.containers.iter().any(|c| c.ever_started) {
+            "Running"
+        } else {
+            "Pending"
+        };
+        let condition = |kind: &str, ok: bool| {
+            json!({"type": kind, "status": if ok { "True" } else { "False" },
+                   "lastTransitionTime": self.start_time})
+        };
+        let ip = self.pod_ip();
+        let statuses: Vec<Value> = self
+            .containers
+            .iter()
+            .map(|c| {
+                let mut s = json!({
+                    "name": c.spec.name,
+                    "image": c.spec.image.clone().unwrap_or_default(),
+                    "imageID": "",
+                    "ready": c.ready(),
+                    "started": c.started(),
+                    "restartCount": c.restarts,
+                    "state": state_json(&c.state),
+                    "lastState": c.last.clone().unwrap_or_else(|| json!({})),
+                });
+                if let State::Running { process, .. } = &c.state {
+                    s["containerID"] = json!(format!("process://{}", process.pid()));
+                }
+                s
+            })
+            .collect();
+        let mut status = json!({
+            "phase": phase,
+            "hostIP": GATEWAY.to_string(),
+            "hostIPs": [{"ip": GATEWAY.to_string()}],
+            "startTime": self.start_time,
+            "conditions": [
+                condition("PodReadyToStartContainers", self.net.is_some()),
+                condition("Initialized", true),
+                condition("Ready", all_ready),
+                condition("ContainersReady", all_ready),
+                condition("PodScheduled", true),
+            ],
+            "containerStatuses": statuses,
+        });
+        if !ip.is_empty() {
+            status["podIP"] = json!(ip);
+            status["podIPs"] = json!([{ "ip": ip }]);
+        }
+        status
+    }
+
+    async fn event(&self, kind: &str, reason: &str, message: &str) {
+        let api: Api<Event> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let now = now();
+        let event = json!({
+            "metadata": {"generateName": format!("{}.", self.name)},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": self.namespace,
+                               "name": self.name, "uid": self.uid},
+            "type": kind, "reason": reason, "message": message,
+            "source": {"component": "kubelet", "host": self.context.spec.name},
+            "reportingComponent": "kubelet", "reportingInstance": self.context.spec.name,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        });
+        let created = match serde_json::from_value::<Event>(event) {
+            Ok(event) => api.create(&PostParams::default(), &event).await.err(),
+            Err(e) => Some(kube::Error::SerdeError(e)),
+        };
+        if let Some(e) = created {
+            tracing::warn!(pod = %self.name, reason, error = %e, "recording an event");
+        }
+    }
+}
+
+fn state_json(state: &State) -> Value {
+    match state {
+        State::Waiting { reason, message } => {
+            json!({"waiting": {"reason": reason, "message": message}})
+        }
+        State::Running { started, .. } => json!({"running": {"startedAt": started}}),
+        State::Terminated {
+            exit_code,
+            signal,
+            started,
+            finished,
+        } => {
+            let mut t = json!({
+                "exitCode": exit_code,
+                "reason": if *exit_code == 0 { "Completed" } else { "Error" },
+                "startedAt": started,
+                "finishedAt": finished,
+            });
+            if let Some(signal) = signal {
+                t["signal"] = json!(signal);
+            }
+            json!({ "terminated": t })
+        }
+    }
+}
+
+/// Removes the Pod object now that its containers are gone (grace 0, this very Pod only).
+async fn delete_now(context: &Context, namespace: &str, name: &str, uid: &str) {
+    let api: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => tracing::warn!(%namespace, %name, error = %e, "deleting a terminated pod"),
+    }
+}

@@ -1,0 +1,1188 @@
+//! The node agent against a real kube-apiserver: a Node with its Lease, Pods bound and run as
+//! processes in their own network namespaces, their status, image and restart failures, and
+//! graceful deletion.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use serde_json::json;
+use test_cluster::node::NodeSpec;
+use test_cluster::{ClusterSpec, ControlPlane, ControlPlaneBuilder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_kt-test-server");
+const NODE: &str = "kt-node";
+
+fn spec() -> ControlPlaneBuilder {
+    ControlPlane::builder().cluster(
+        ClusterSpec::new("node").controller_manager().node(
+            NodeSpec::new(NODE)
+                .image("kt-test-server", SERVER)
+                .image("shell", "/bin/sh"),
+        ),
+    )
+}
+
+fn cp() -> &'static ControlPlane {
+    test_cluster::install_crypto_provider();
+    test_cluster::shared(spec)
+}
+
+async fn namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = test_cluster::unique_name(prefix);
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    name
+}
+
+async fn create_pod(api: &Api<Pod>, pod: serde_json::Value) -> Pod {
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Polls the Pod until `done` holds; panics with its last status after `timeout`.
+async fn wait_pod(
+    api: &Api<Pod>,
+    name: &str,
+    timeout: Duration,
+    done: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pod = api.get(name).await.unwrap();
+        if done(&pod) {
+            return pod;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "pod {name} did not get there in {timeout:?}; status: {}",
+                serde_json::to_string_pretty(&pod.status).unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn status_json(pod: &Pod) -> serde_json::Value {
+    serde_json::to_value(&pod.status).unwrap()
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let world = cp().cluster("node").node().unwrap().world();
+    let mut stream = world.connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+fn server_pod(name: &str, grace: i64) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "web",
+                "image": "kt-test-server",
+                "env": [
+                    {"name": "PORT", "value": "8080"},
+                    {"name": "IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "MY_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                    {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "MY_APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                ],
+            }],
+        },
+    })
+}
+
+#[tokio::test]
+async fn node_registers_with_a_lease() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    let status = node.status.unwrap();
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    let addresses = status.addresses.unwrap();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == "10.244.0.1")
+    );
+    assert!(status.capacity.unwrap().contains_key("pods"));
+    let lease = Api::<Lease>::namespaced(client, "kube-node-lease")
+        .get(NODE)
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
+    assert!(spec.renew_time.is_some());
+}
+
+#[tokio::test]
+async fn a_pod_runs_on_its_own_address_and_stops_gracefully() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "run").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let created = create_pod(&pods, server_pod("web", 5)).await;
+    let uid = created.metadata.uid.unwrap();
+    let pod = wait_pod(&pods, "web", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await;
+    assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some(NODE));
+    let status = status_json(&pod);
+    let ip: std::net::Ipv4Addr = status["podIP"].as_str().unwrap().parse().unwrap();
+    assert_eq!(ip.octets()[..3], [10, 244, 0], "{status}");
+    assert_eq!(status["podIPs"][0]["ip"], status["podIP"]);
+    for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        let c = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} condition: {status}"));
+        assert_eq!(c["status"], "True", "{kind}: {status}");
+    }
+    let container = &status["containerStatuses"][0];
+    assert_eq!(container["name"], "web");
+    assert_eq!(container["ready"], true);
+    assert_eq!(container["restartCount"], 0);
+    assert!(
+        container["state"]["running"]["startedAt"].is_string(),
+        "{status}"
+    );
+    let pid: u32 = container["containerID"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("process://")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Served on the pod's address, from inside the private namespace, with the downward API.
+    let addr = SocketAddr::from((ip, 8080));
+    let mut body = String::new();
+    for _ in 0..50 {
+        match http_get(addr, "/env").await {
+            Ok(b) => {
+                body = b;
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(body.contains("\r\n\r\nweb\n/env\n"), "{body}");
+    for expected in [
+        format!("MY_NAMESPACE={ns}\n"),
+        format!("MY_UID={uid}\n"),
+        format!("MY_POD_IP={ip}\n"),
+        format!("MY_NODE={NODE}\n"),
+        "MY_APP=web\n".to_owned(),
+        "HOSTNAME=web\n".to_owned(),
+    ] {
+        assert!(body.contains(&expected), "{expected:?} not in {body}");
+    }
+
+    // Deletion: SIGTERM (the server says so in its log), then the object goes.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while pods.get_opt("web").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "web", "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the container's process {pid} is still there"
+    );
+}
+
+#[tokio::test]
+async fn a_stubborn_process_is_killed_after_its_grace_period() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "stubborn").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "stubborn"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "command": ["/bin/sh", "-c", "trap 'echo ignoring TERM' TERM; while :; do sleep 0.1; done"],
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "stubborn", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let id = status_json(&pod)["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pid = id.strip_prefix("process://").unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    while pods.get_opt("stubborn").await.unwrap().is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "stubborn", "main");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("ignoring TERM"), "{log}");
+}
+
+#[tokio::test]
+async fn an_unmapped_image_is_err_image_pull_with_an_event() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "pull").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "nope"},
+            "spec": {"containers": [{"name": "main", "image": "registry.invalid/nope:1"}]},
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "nope", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    let message = status["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("registry.invalid/nope:1"), "{message}");
+    assert!(message.contains("kt-test-server"), "{message}");
+    assert_eq!(status["containerStatuses"][0]["ready"], false);
+    let events = Api::<Event>::namespaced(client, &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Failed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.involved_object.name.as_deref() == Some("nope")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("registry.invalid/nope:1"))),
+        "{:?}",
+        events.items
+    );
+    pods.delete("nope", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn exit_codes_set_the_phase_and_a_crash_loop_backs_off() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "exit").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let shell = |name: &str, policy: &str, script: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": policy,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", script]}],
+            },
+        })
+    };
+    create_pod(&pods, shell("ok", "Never", "exit 0")).await;
+    create_pod(&pods, shell("bad", "Never", "exit 3")).await;
+    create_pod(&pods, shell("loop", "Always", "exit 1")).await;
+    wait_pod(&pods, "ok", Duration::from_secs(30), |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let bad = wait_pod(&pods, "bad", Duration::from_secs(30), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let bad = status_json(&bad);
+    assert_eq!(
+        bad["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3,
+        "{bad}"
+    );
+    assert_eq!(
+        bad["containerStatuses"][0]["state"]["terminated"]["reason"], "Error",
+        "{bad}"
+    );
+    let looping = wait_pod(&pods, "loop", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+    let looping = status_json(&looping);
+    let container = &looping["containerStatuses"][0];
+    assert!(
+        container["restartCount"].as_i64().unwrap() >= 1,
+        "{looping}"
+    );
+    assert_eq!(
+        container["lastState"]["terminated"]["exitCode"], 1,
+        "{looping}"
+    );
+    for name in ["ok", "bad", "loop"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+fn probed_pod(name: &str, probes: serde_json::Value) -> serde_json::Value {
+    let mut pod = server_pod(name, 2);
+    let container = &mut pod["spec"]["containers"][0];
+    container["ports"] = json!([{"name": "http", "containerPort": 8080}]);
+    for (k, v) in probes.as_object().unwrap() {
+        container[k] = v.clone();
+    }
+    pod
+}
+
+fn condition(pod: &Pod, kind: &str) -> String {
+    status_json(pod)["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn events_of(client: &kube::Client, ns: &str, pod: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .collect()
+}
+
+#[tokio::test]
+async fn readiness_probes_decide_ready() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "ready").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let http = json!({"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1}});
+    let closed = json!({"readinessProbe": {"tcpSocket": {"port": 9999}, "periodSeconds": 1}});
+    create_pod(&pods, probed_pod("http", http)).await;
+    create_pod(&pods, probed_pod("closed", closed)).await;
+    wait_pod(&pods, "http", Duration::from_secs(30), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = events_of(&client, &ns, "closed").await;
+        if events.iter().any(|e| {
+            e.reason.as_deref() == Some("Unhealthy")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("Readiness probe failed"))
+        }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Unhealthy event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let closed = pods.get("closed").await.unwrap();
+    assert_eq!(phase(&closed), "Running");
+    assert_eq!(condition(&closed, "Ready"), "False");
+    assert_eq!(condition(&closed, "ContainersReady"), "False");
+    let status = status_json(&closed);
+    assert_eq!(status["containerStatuses"][0]["ready"], false, "{status}");
+    assert_eq!(status["containerStatuses"][0]["started"], true, "{status}");
+    for name in ["http", "closed"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "live").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let probes = json!({"livenessProbe": {
+        "httpGet": {"path": "/healthz", "port": 9999}, "periodSeconds": 1, "failureThreshold": 2,
+    }});
+    create_pod(&pods, probed_pod("sick", probes)).await;
+    let pod = wait_pod(&pods, "sick", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let status = status_json(&pod);
+    // Stopped with SIGTERM, which the server answers by exiting 0.
+    assert_eq!(
+        status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 0,
+        "{status}"
+    );
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "sick", "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    let events = events_of(&client, &ns, "sick").await;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("Killing")
+            && e.message.as_deref()
+                == Some("Container web failed liveness probe, will be restarted")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Unhealthy")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("Liveness probe failed"))),
+        "{events:?}"
+    );
+    pods.delete("sick", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_namespace_with_running_pods_deletes_completely() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "gone").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(&pods, server_pod("one", 5)).await;
+    create_pod(&pods, server_pod("two", 5)).await;
+    let mut pids = Vec::new();
+    for name in ["one", "two"] {
+        let pod = wait_pod(&pods, name, Duration::from_secs(30), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+        let id = status_json(&pod)["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        pids.push(id.strip_prefix("process://").unwrap().to_owned());
+    }
+    // kubectl sees them on the node.
+    let wide = cluster
+        .kubectl_ok(&["get", "pods", "-n", &ns, "-o", "wide"])
+        .await
+        .unwrap();
+    assert!(wide.contains(NODE) && wide.contains("10.244.0."), "{wide}");
+
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while namespaces.get_opt(&ns).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "namespace {ns} is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid}"
+        );
+    }
+    for name in ["one", "two"] {
+        let log = cp()
+            .cluster("node")
+            .node()
+            .unwrap()
+            .container_log_path(&ns, name, "web");
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(log.contains("received SIGTERM"), "{log}");
+    }
+}
+
+#[tokio::test]
+async fn secrets_and_config_maps_feed_the_environment_once_they_exist() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "config").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "late"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "web",
+                    "image": "kt-test-server",
+                    "args": ["$(PORT)"],
+                    "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+                    "env": [
+                        {"name": "PORT", "value": "8081"},
+                        {"name": "MY_TOKEN", "valueFrom": {"secretKeyRef": {"name": "late-secret", "key": "token"}}},
+                        {"name": "MAYBE", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": true}}},
+                        {"name": "GREETING", "value": "hello $(MY_TOKEN) $$(PORT)"},
+                    ],
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    let message = status["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
+    assert_eq!(message, "configmap \"settings\" not found", "{status}");
+
+    let config: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"MODE": "fast"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+            == "secret \"late-secret\" not found"
+    })
+    .await;
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "late-secret"}, "stringData": {"token": "s3cret"}}),
+    )
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let pod = wait_pod(&pods, "late", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let ip: std::net::Ipv4Addr = status_json(&pod)["podIP"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = String::new();
+    for _ in 0..50 {
+        if let Ok(b) = http_get(SocketAddr::from((ip, 8081)), "/env").await {
+            body = b;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for expected in [
+        "MY_TOKEN=s3cret\n",
+        "CFG_MODE=fast\n",
+        "GREETING=hello s3cret $(PORT)\n",
+    ] {
+        assert!(body.contains(expected), "{expected:?} not in {body}");
+    }
+    assert!(!body.contains("MAYBE="), "{body}");
+    assert_eq!(status_json(&pod)["containerStatuses"][0]["restartCount"], 0);
+    pods.delete("late", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn pre_stop_hooks_run_before_sigterm() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "prestop").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = |name: &str, hook: serde_json::Value| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "command": ["/bin/sh", "-c", "trap 'echo TERM; exit 0' TERM; while :; do sleep 0.1; done"],
+                    "env": [{"name": "WHO", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "lifecycle": {"preStop": hook},
+                }],
+            },
+        })
+    };
+    create_pod(
+        &pods,
+        pod(
+            "exec",
+            json!({"exec": {"command": ["/bin/sh", "-c", "echo preStop of $WHO"]}}),
+        ),
+    )
+    .await;
+    create_pod(&pods, pod("sleep", json!({"sleep": {"seconds": 2}}))).await;
+    for name in ["exec", "sleep"] {
+        wait_pod(&pods, name, Duration::from_secs(30), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    for name in ["exec", "sleep"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let mut sleep_gone = None;
+    while sleep_gone.is_none() || pods.get_opt("exec").await.unwrap().is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "pods were not removed"
+        );
+        if sleep_gone.is_none() && pods.get_opt("sleep").await.unwrap().is_none() {
+            sleep_gone = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sleep_gone = sleep_gone.unwrap();
+    assert!(sleep_gone >= Duration::from_secs(2), "{sleep_gone:?}");
+    assert!(sleep_gone < Duration::from_secs(8), "{sleep_gone:?}");
+    let node = cp().cluster("node").node().unwrap();
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "exec", "main")).unwrap();
+    let hook = log
+        .find("preStop of exec\n")
+        .unwrap_or_else(|| panic!("{log}"));
+    let term = log.find("TERM\n").unwrap_or_else(|| panic!("{log}"));
+    assert!(hook < term, "{log}");
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "sleep", "main")).unwrap();
+    assert!(log.contains("TERM\n"), "{log}");
+}
+
+#[tokio::test]
+async fn init_containers_and_host_network_are_refused_with_a_reason() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "init").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "init"},
+            "spec": {
+                "initContainers": [{"name": "setup", "image": "shell", "args": ["-c", "true"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "init", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["message"],
+        "init containers are not supported by this node yet"
+    );
+    pods.delete("init", &DeleteParams::default()).await.unwrap();
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "host"},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "host", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+            == "hostNetwork is not supported by this node yet"
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    pods.delete("host", &DeleteParams::default()).await.unwrap();
+}
+
+/// `test-cluster up --node`: a Pod created with kubectl runs, and the printed namespace reaches
+/// it; `down` stops the node with everything else.
+#[test]
+fn the_command_starts_a_node() {
+    use std::io::BufRead;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    const BIN: &str = env!("CARGO_BIN_EXE_test-cluster");
+    let state = tempfile::tempdir().unwrap();
+    let mut up = Command::new(BIN)
+        .args(["up", "--clusters", "solo", "--node", "solo"])
+        .arg(format!("--image=kt-test-server={SERVER}"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Stops `up` (and with it everything) whatever happens below.
+    struct Down<'a>(&'a Path, std::process::Child);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(BIN)
+                .args(["down", "--state-dir"])
+                .arg(self.0)
+                .stdout(Stdio::null())
+                .status();
+            let _ = self.1.kill();
+            let _ = self.1.wait();
+        }
+    }
+    let stdout = up.stdout.take().unwrap();
+    let down = Down(state.path(), up);
+    let mut ns_path = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.trim().strip_prefix("pod network: nsenter --net=") {
+            ns_path = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if line.starts_with("ready;") {
+            break;
+        }
+    }
+    let ns_path = ns_path.expect("`up` printed the pod network");
+    let kubeconfig = state.path().join("solo/kubeconfig");
+    let kubectl = test_cluster::Binaries::locate().unwrap().kubectl();
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(&kubectl)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    kubectl(&[
+        "run",
+        "web",
+        "--image=kt-test-server",
+        "--env=IDENTITY=from-cli",
+    ]);
+    kubectl(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+    let ip = kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
+    let node = kubectl(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]);
+    assert_eq!(node, "solo-node");
+    // From inside the printed namespace.
+    let ns = std::fs::File::open(&ns_path).unwrap();
+    let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
+    let body = std::thread::spawn(move || {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let mut last = None;
+        for _ in 0..50 {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                Ok(mut s) => {
+                    use std::io::{Read, Write};
+                    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+                    let mut out = String::new();
+                    s.read_to_string(&mut out).unwrap();
+                    return out;
+                }
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{addr}: {last:?}");
+    })
+    .join()
+    .unwrap();
+    assert!(body.contains("\r\n\r\nfrom-cli\n"), "{body}");
+    drop(down);
+    assert!(!Path::new(&ns_path).exists(), "{ns_path} outlived `down`");
+}
+
+#[tokio::test]
+async fn a_deployment_becomes_available_with_endpoint_slices_and_scales_down_gracefully() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "deploy").await;
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: web
+        image: kt-test-server
+        ports: [{{name: http, containerPort: 8080}}]
+        env: [{{name: IDENTITY, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+        readinessProbe: {{httpGet: {{path: /ready, port: http}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: http}}]
+"#
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], &manifest)
+        .await
+        .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "-n",
+            &ns,
+            "--for=condition=Available",
+            "deployment/web",
+            "--timeout=60s",
+        ])
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let listed = pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 2);
+    let mut ips: Vec<String> = listed
+        .iter()
+        .map(|p| status_json(p)["podIP"].as_str().unwrap().to_owned())
+        .collect();
+    ips.sort();
+    // Each Pod answers on its own address with its own name.
+    for p in &listed {
+        let ip: std::net::Ipv4Addr = status_json(p)["podIP"].as_str().unwrap().parse().unwrap();
+        let body = http_get(SocketAddr::from((ip, 8080)), "/").await.unwrap();
+        let name = p.metadata.name.as_deref().unwrap();
+        assert!(body.contains(&format!("\r\n\r\n{name}\n")), "{body}");
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready: Vec<String> = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        ready.sort();
+        if ready == ips {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slices list {ready:?}, pods {ips:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    cluster
+        .kubectl_ok(&["scale", "-n", &ns, "deployment/web", "--replicas=1"])
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.list(&ListParams::default()).await.unwrap().items.len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not scaled down");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let remaining = pods.list(&ListParams::default()).await.unwrap().items;
+    let kept = remaining[0].metadata.name.clone().unwrap();
+    let gone = listed
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .find(|n| *n != kept)
+        .unwrap();
+    let log = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, &gone, "web");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("received SIGTERM"), "{log}");
+    let deployments: Api<Deployment> = Api::namespaced(client, &ns);
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_logs_reads_a_container_with_tail_and_follow() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "logs").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "talker"},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"],
+                }],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "talker", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let all = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker"])
+        .await
+        .unwrap();
+    assert!(all.starts_with("line 1\nline 2\n"), "{all}");
+    let tail = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--tail=2"])
+        .await
+        .unwrap();
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(tail.starts_with("line "), "{tail}");
+    // Following: lines written after the request arrive on the open stream.
+    let mut follow = cluster.kubectl();
+    follow
+        .args(["logs", "-n", &ns, "talker", "-f", "--tail=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = follow.spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 1024];
+    while seen.lines().count() < 4 {
+        let n = tokio::time::timeout_at(deadline, out.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("follow gave only {seen:?}"))
+            .unwrap();
+        assert!(n > 0, "follow ended: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let numbers: Vec<u32> = seen
+        .lines()
+        .map(|l| l.strip_prefix("line ").unwrap().parse().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{seen}");
+    child.kill().await.unwrap();
+    // Timestamps, and only lines from a given time on.
+    let stamped = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--timestamps", "--tail=1"])
+        .await
+        .unwrap();
+    let (time, text) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(text.starts_with("line "), "{stamped}");
+    let time: k8s_openapi::jiff::Timestamp = time.parse().unwrap();
+    // The last line's second, truncated: the log started well before it (follow took 4 lines).
+    let since = time
+        .round(
+            k8s_openapi::jiff::TimestampRound::new()
+                .smallest(k8s_openapi::jiff::Unit::Second)
+                .mode(k8s_openapi::jiff::RoundMode::Trunc),
+        )
+        .unwrap();
+    let recent = cluster
+        .kubectl_ok(&[
+            "logs",
+            "-n",
+            &ns,
+            "talker",
+            "--since-time",
+            &since.to_string(),
+        ])
+        .await
+        .unwrap();
+    let first: u32 = recent.lines().next().unwrap()["line ".len()..]
+        .parse()
+        .unwrap();
+    assert!(first > 1, "{recent}");
+    let hour = cluster
+        .kubectl_ok(&["logs", "-n", &ns, "talker", "--since=1h"])
+        .await
+        .unwrap();
+    assert!(hour.starts_with("line 1\n"), "{hour}");
+    pods.delete("talker", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The pid a container's shell printed as `child <pid>`.
+fn printed_child(ns: &str, pod: &str) -> Option<u32> {
+    let path = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(ns, pod, "main");
+    let log = std::fs::read_to_string(path).ok()?;
+    let at = log.find("child ")?;
+    log[at + "child ".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+async fn wait_gone(pid: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"));
+        if zombie {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "process {pid} outlived its container"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn what_a_container_started_ends_with_it() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "tree").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let shell = |name: &str, script: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", script]}],
+            },
+        })
+    };
+    // The main process exits and leaves a child behind.
+    create_pod(&pods, shell("leaves", "sleep 300 & echo child $!; exit 0")).await;
+    // A child that ignores SIGTERM, under a main process that waits for it.
+    create_pod(
+        &pods,
+        shell(
+            "stubborn",
+            "(trap '' TERM; sleep 300) & echo child $!; wait",
+        ),
+    )
+    .await;
+    wait_pod(&pods, "leaves", Duration::from_secs(30), |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    wait_gone(printed_child(&ns, "leaves").expect("the shell printed its child")).await;
+
+    wait_pod(&pods, "stubborn", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let child = loop {
+        if let Some(pid) = printed_child(&ns, "stubborn") {
+            break pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no child printed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while pods.get_opt("stubborn").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_gone(child).await;
+    pods.delete("leaves", &DeleteParams::default())
+        .await
+        .unwrap();
+}
