@@ -199,7 +199,8 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             accepted = Verdict::fail("Accepted", "InvalidParameters", err.clone());
             programmed = Verdict::fail("Programmed", "Invalid", err.clone());
         }
-        if let Some(err) = g.tunnel.as_ref().and_then(|t| effects.tunnel_errors.get(t)) {
+        let sync_error = g.tunnel.as_ref().and_then(|t| effects.tunnel_errors.get(t));
+        if let Some(err) = sync_error {
             programmed = Verdict::fail(
                 "Programmed",
                 "Pending",
@@ -218,7 +219,9 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         let first = notices.len();
         notice_failures(&mut notices, gw.as_ref(), &current_conditions, &conditions);
         for n in &mut notices[first..] {
-            if n.reason == "Pending" && g.tunnel.is_some() {
+            // Pending for another cause (a dedicated plane waiting for its first ready
+            // replica) keeps its own reason.
+            if n.reason == "Pending" && sync_error.is_some() {
                 n.reason = CLOUDFLARE_SYNC_FAILED.to_owned();
             } else if effects.render_errors.contains_key(key) && n.reason == "InvalidParameters" {
                 n.reason = "RenderFailed".to_owned();
