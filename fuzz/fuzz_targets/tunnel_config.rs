@@ -116,16 +116,16 @@ fn probes(config: &Config) -> Vec<(String, String, bool)> {
                         let default = rule.matches.is_empty().then_some(("/", true));
                         rule.matches
                             .iter()
-                            .filter_map(|m| {
+                            .map(|m| {
                                 let plain = m.headers.is_empty()
                                     && m.query_params.is_empty()
                                     && m.method.is_none();
                                 match &m.path {
-                                    None => Some(("/", plain)),
-                                    Some(p) if p.kind != PathMatchType::RegularExpression => {
-                                        Some((p.value.as_str(), plain))
-                                    }
-                                    Some(p) => Some((p.value.as_str(), false)),
+                                    None => ("/", plain),
+                                    Some(p) => (
+                                        p.value.as_str(),
+                                        plain && p.kind != PathMatchType::RegularExpression,
+                                    ),
                                 }
                             })
                             .chain(default)
