@@ -17,8 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{Body, Reply};
-use crate::server::{Shared, lock};
-use crate::state::{ControlError, FaultRule, TokenScope};
+use crate::state::{ControlError, FaultRule, Shared, TokenScope, lock};
 
 fn ok(v: Value) -> Reply {
     Reply {

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::state::{World, is_account_id, is_uuid, now_rfc3339};
+use crate::state::{Fault, TokenScope, TunnelRec, World, is_account_id, is_uuid, now_rfc3339};
 use crate::validate::{CODE_BAD_CONFIGURATION, validate_config};
 
 /// Default `per_page` of `GET /accounts` (UNCONFIRMED: the legacy api.cloudflare.com docs said
@@ -142,7 +142,7 @@ pub(crate) fn handle(
     };
     let scope = rec.scope.clone();
     let token_id = rec.id.clone();
-    let account_owned = matches!(scope, crate::TokenScope::Account(_));
+    let account_owned = matches!(scope, TokenScope::Account(_));
 
     if let Some(account) = route.account()
         && !scope.reaches(&account.to_ascii_lowercase())
@@ -234,7 +234,7 @@ fn with_tunnel(
     world: &World,
     account: &str,
     tunnel: &str,
-    f: impl FnOnce(&str, &crate::state::TunnelRec) -> Reply,
+    f: impl FnOnce(&str, &TunnelRec) -> Reply,
 ) -> Reply {
     let account = account.to_ascii_lowercase();
     match world.tunnel(&account, &tunnel.to_ascii_lowercase()) {
@@ -246,7 +246,7 @@ fn with_tunnel(
 /// Result shape of GET/PUT configurations (docs: `{account_id, config, created_at, source,
 /// tunnel_id, version}`). A never-configured tunnel answers `config: null`, `version: 0`
 /// (UNCONFIRMED: the schema marks `config` optional).
-fn configuration(account: &str, t: &crate::state::TunnelRec) -> Value {
+fn configuration(account: &str, t: &TunnelRec) -> Value {
     json!({
         "account_id": account,
         "tunnel_id": t.id,
@@ -334,9 +334,9 @@ fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply 
 /// community.cloudflare.com "Do requests to Cloudflare's API include ... when rate limited";
 /// header per <https://developers.cloudflare.com/fundamentals/api/reference/limits/>).
 /// 5xx: the edge's plain-text `error code: NNN` page.
-pub(crate) fn fault_reply(fault: &crate::Fault) -> Option<Reply> {
+pub(crate) fn fault_reply(fault: &Fault) -> Option<Reply> {
     match *fault {
-        crate::Fault::RateLimited { retry_after_secs } => {
+        Fault::RateLimited { retry_after_secs } => {
             let mut r = failure(
                 429,
                 vec![error(
@@ -348,17 +348,17 @@ pub(crate) fn fault_reply(fault: &crate::Fault) -> Option<Reply> {
                 .push(("retry-after", retry_after_secs.to_string()));
             Some(r)
         }
-        crate::Fault::Status(status) if status >= 500 => Some(Reply {
+        Fault::Status(status) if status >= 500 => Some(Reply {
             status,
             headers: vec![],
             body: Body::Text(format!("error code: {status}")),
         }),
-        crate::Fault::Status(status) => Some(failure(status, vec![error(1000, "injected fault")])),
-        crate::Fault::Malformed => Some(Reply {
+        Fault::Status(status) => Some(failure(status, vec![error(1000, "injected fault")])),
+        Fault::Malformed => Some(Reply {
             status: 200,
             headers: vec![],
             body: Body::Text("<html><body>maintenance</body></html>".into()),
         }),
-        crate::Fault::Hang | crate::Fault::Close => None,
+        Fault::Hang | Fault::Close => None,
     }
 }

@@ -53,8 +53,7 @@ pub use seed::{Seed, SeedAccount, SeedError, SeedToken, SeedTunnel};
 pub use server::{ADMIN_PREFIX, BASE_PATH};
 pub use state::{Call, ControlError, Fault, FaultRule, TokenScope, TunnelInfo};
 
-use server::{Shared, lock};
-use state::World;
+use state::{Shared, World, lock};
 
 /// Options of [`CloudflareDouble::start_with`].
 #[derive(Debug, Clone)]

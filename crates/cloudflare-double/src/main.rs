@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Parser;
 use cloudflare_double::{CloudflareDouble, Options, Seed};
+use service_support::logging::{self, LogFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,11 +31,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    logging::init(LogFormat::Text);
     let args = Args::parse();
     let double = CloudflareDouble::start_with(Options {
         listen: args.listen,

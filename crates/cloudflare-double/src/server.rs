@@ -1,7 +1,6 @@
 //! The HTTP/1.1 server: accept loop, fault injection, call log, optional admin surface.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -14,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::{self, Body, Reply};
-use crate::state::{Call, Fault, World};
+use crate::state::{Call, Fault, Shared, lock};
 
 /// The API base path, as on `https://api.cloudflare.com/client/v4`.
 pub const BASE_PATH: &str = "/client/v4";
@@ -24,14 +23,6 @@ pub const ADMIN_PREFIX: &str = "/__admin";
 
 /// Largest request body read (a 1,000-rule document is well under this).
 const MAX_BODY: usize = 8 * 1024 * 1024;
-
-pub(crate) type Shared = Arc<Mutex<World>>;
-
-pub(crate) fn lock(world: &Shared) -> MutexGuard<'_, World> {
-    // A panic while holding the lock cannot leave the world half-updated in a way that matters
-    // to a test double; keep serving.
-    world.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 #[derive(Clone)]
 struct Ctx {

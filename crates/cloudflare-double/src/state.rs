@@ -1,6 +1,7 @@
 //! The double's in-memory world: accounts, tunnels, API tokens, faults, and the call log.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -182,6 +183,15 @@ pub(crate) struct AccountRec {
 pub(crate) struct TokenRec {
     pub id: String,
     pub scope: TokenScope,
+}
+
+/// The world as the server, the admin surface and the library share it.
+pub(crate) type Shared = Arc<Mutex<World>>;
+
+/// Locks the world. A panic while it was held cannot leave it half-changed in a way that
+/// matters to a test double, so a poisoned lock is recovered and the double keeps serving.
+pub(crate) fn lock(world: &Shared) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Everything the double knows. Guarded by one mutex, never held across an await.
@@ -389,7 +399,7 @@ impl World {
     ) -> Result<String, ControlError> {
         let t = self.tunnel_mut(account_id, tunnel_id)?;
         let mut secret = vec![0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+        rand::Rng::fill_bytes(&mut rand::rng(), &mut secret);
         t.secret = secret;
         self.tunnel_token(account_id, tunnel_id)
     }

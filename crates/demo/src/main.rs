@@ -23,6 +23,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
+use service_support::logging::{self, LogFormat};
 use test_cluster::{ClusterSpec, ControlPlane};
 
 #[derive(Parser)]
@@ -41,13 +42,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     test_cluster::install_crypto_provider();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube_client=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init_with_default(LogFormat::Text, "info,kube_client=off");
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

@@ -10,11 +10,14 @@
 //! - `tunnel-gateway-controller` runs as its ServiceAccount with exactly the RBAC of
 //!   `deploy/tunnel-gateway/rbac.yaml`, and the API server holds the project CRDs, the Secrets,
 //!   the shared plane's headless config Service, the GatewayClassConfig and the GatewayClass
-//!   (`deploy/tunnel-gateway/gatewayclass.yaml`), as an install would.
+//!   (`deploy/tunnel-gateway/gatewayclass.yaml`), as an install would. Those objects, and the
+//!   controller's arguments, are the ones the controller's end-to-end tests and benchmark use
+//!   (`tunnel-gateway-fixtures`).
 //!
 //! The API server refuses loopback IPs in EndpointSlices; the slices of the shared plane and of
 //! the backend use the FQDN `127.1`, which passes and resolves to 127.0.0.1.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,14 +25,14 @@ use anyhow::{Context, bail};
 use test_cluster::{Cluster, ControlPlane, ManagedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tunnel_gateway_fixtures::{
+    CLASS, CONFIG_SERVICE, Install, RBAC_YAML, SYSTEM_NS, config_endpoint_slice, controller_args,
+    controller_kubeconfig, service_yaml,
+};
 
 use crate::sibling_binary;
 use crate::steps::{Expect, On, Step};
 
-/// The controller's namespace: its Lease, the shared plane's Service and Secrets.
-const SYSTEM_NAMESPACE: &str = "tunnel-gateway-system";
-/// The GatewayClass and its GatewayClassConfig.
-const CLASS: &str = "cloudflare-tunnel";
 /// The Cloudflare account of the seed.
 const ACCOUNT_ID: &str = "0123456789abcdef0123456789abcdef";
 /// The tunnel of the seed: the shared plane's, so the Gateway's address is `<id>.cfargotunnel.com`.
@@ -48,11 +51,7 @@ const HOSTNAME: &str = "hello.demo.example";
 /// What the backend answers, followed by the request path.
 const GREETING: &str = "hello from the demo backend";
 
-/// The controller's ServiceAccount and RBAC: the deploy manifests' own.
-const NAMESPACE_YAML: &str = include_str!("../../../deploy/tunnel-gateway/namespace.yaml");
-const RBAC_YAML: &str = include_str!("../../../deploy/tunnel-gateway/rbac.yaml");
 const CRDS_YAML: &str = include_str!("../../../deploy/tunnel-gateway/crds.yaml");
-const GATEWAY_CLASS_YAML: &str = include_str!("../../../deploy/tunnel-gateway/gatewayclass.yaml");
 
 fn seed_yaml() -> String {
     format!(
@@ -69,78 +68,21 @@ fn seed_yaml() -> String {
     )
 }
 
-/// Secrets, the shared plane's headless config Service and its EndpointSlice (the proxy's
-/// config API), and the GatewayClassConfig.
-fn system_yaml(proxy_admin_port: u16) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-api-token, namespace: {SYSTEM_NAMESPACE}}}
-stringData: {{api-token: {API_TOKEN}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: tunnel-proxy-auth, namespace: {SYSTEM_NAMESPACE}}}
-stringData: {{auth-token: {SHARED_PLANE_TOKEN}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: tunnel-proxy-config, namespace: {SYSTEM_NAMESPACE}}}
-spec:
-  clusterIP: None
-  publishNotReadyAddresses: true
-  ports: [{{name: config-api, port: 8081}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: tunnel-proxy-config-demo
-  namespace: {SYSTEM_NAMESPACE}
-  labels: {{kubernetes.io/service-name: tunnel-proxy-config}}
-addressType: FQDN
-ports: [{{name: config-api, port: {proxy_admin_port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: true}}
----
-apiVersion: cf.k8s.lex.la/v1alpha1
-kind: GatewayClassConfig
-metadata: {{name: {CLASS}}}
-spec:
-  tunnelID: {TUNNEL_ID}
-  accountId: {ACCOUNT_ID}
-  cloudflareCredentialsSecretRef: {{name: cloudflare-api-token, namespace: {SYSTEM_NAMESPACE}, key: api-token}}
-"#
-    )
+/// The install of the class with the seed's values.
+fn class_install() -> Install<'static> {
+    Install {
+        tunnel_id: TUNNEL_ID,
+        account_id: Some(ACCOUNT_ID),
+        api_token: API_TOKEN,
+        plane_token: SHARED_PLANE_TOKEN,
+    }
 }
 
 /// The backend's namespace, Service (port 80) and EndpointSlice (the in-process backend).
 fn backend_yaml(backend_port: u16) -> String {
     format!(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {NAMESPACE}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {NAME}, namespace: {NAMESPACE}}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {NAME}-demo
-  namespace: {NAMESPACE}
-  labels: {{kubernetes.io/service-name: {NAME}}}
-addressType: FQDN
-ports: [{{name: http, port: {backend_port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: true}}
-"#
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n---{}",
+        service_yaml(NAMESPACE, NAME, backend_port)
     )
 }
 
@@ -252,29 +194,16 @@ impl TunnelGateway {
         install(client, proxy_admin_port, backend_port).await?;
         std::fs::write(p("gateway.yaml"), gateway_yaml())?;
 
-        let controller_kubeconfig = client.kubeconfig_for(
-            &format!("system:serviceaccount:{SYSTEM_NAMESPACE}:tunnel-gateway-controller"),
-            &[
-                "system:serviceaccounts",
-                &format!("system:serviceaccounts:{SYSTEM_NAMESPACE}"),
-            ],
-        )?;
         let controller_admin_port = test_cluster::free_port()?;
         let mut controller = ManagedProcess::spawn(
             "tunnel-gateway-controller",
             &sibling_binary("tunnel-gateway-controller", "tunnel-controller")?,
-            &[
-                "--kubeconfig".to_owned(),
-                controller_kubeconfig.display().to_string(),
-                "--namespace".to_owned(),
-                SYSTEM_NAMESPACE.to_owned(),
-                "--identity".to_owned(),
-                "demo".to_owned(),
-                "--admin-addr".to_owned(),
-                format!("127.0.0.1:{controller_admin_port}"),
-                "--cloudflare-api-url".to_owned(),
-                format!("http://127.0.0.1:{double_port}/client/v4"),
-            ],
+            &controller_args(
+                &controller_kubeconfig(client)?,
+                "demo",
+                SocketAddr::from(([127, 0, 0, 1], controller_admin_port)),
+                &format!("http://127.0.0.1:{double_port}/client/v4"),
+            ),
             &p("tunnel-gateway-controller.log"),
         )?;
         wait_class_accepted(client, &mut controller).await?;
@@ -319,7 +248,7 @@ impl TunnelGateway {
         let p = |n: &str| self.dir.join(n).display().to_string();
         format!(
             "Tunnel gateway: Gateway API in the client cluster, published through Cloudflare Tunnel (a local double)\n\
-             \x20 controller     tunnel-gateway-controller as ServiceAccount {SYSTEM_NAMESPACE}/tunnel-gateway-controller (deploy/tunnel-gateway/rbac.yaml); GatewayClass {CLASS}\n\
+             \x20 controller     tunnel-gateway-controller as ServiceAccount {SYSTEM_NS}/tunnel-gateway-controller (deploy/tunnel-gateway/rbac.yaml); GatewayClass {CLASS}\n\
              \x20 metrics        http://127.0.0.1:{controller_admin}/metrics  (/healthz, /readyz)\n\
              \x20 Cloudflare API http://127.0.0.1:{double}/client/v4  (cloudflare-double: account {ACCOUNT_ID}, tunnel {TUNNEL_ID}, API token {API_TOKEN})\n\
              \x20 shared plane   tunnel-proxy: traffic http://127.0.0.1:{proxy} (what cloudflared would deliver to localhost:8080), config API http://127.0.0.1:{proxy_admin}/config, metrics http://127.0.0.1:{proxy_admin}/metrics\n\
@@ -445,21 +374,23 @@ async fn install(client: &Cluster, proxy_admin_port: u16, backend_port: u16) -> 
         .context("installing deploy/tunnel-gateway/crds.yaml in the client")?;
     for (what, yaml) in [
         (
-            "deploy/tunnel-gateway/namespace.yaml",
-            NAMESPACE_YAML.to_owned(),
+            "the namespace, the Secrets, the shared plane's config Service, the GatewayClassConfig and deploy/tunnel-gateway/gatewayclass.yaml",
+            class_install().yaml(),
         ),
         ("deploy/tunnel-gateway/rbac.yaml", RBAC_YAML.to_owned()),
         (
-            "the Secrets, the shared plane's config Service and the GatewayClassConfig",
-            system_yaml(proxy_admin_port),
-        ),
-        (
-            "deploy/tunnel-gateway/gatewayclass.yaml",
-            GATEWAY_CLASS_YAML.to_owned(),
+            "the shared plane's EndpointSlice",
+            config_endpoint_slice(
+                SYSTEM_NS,
+                CONFIG_SERVICE,
+                "tunnel-proxy-config-demo",
+                proxy_admin_port,
+                true,
+            ),
         ),
         ("the backend Service", backend_yaml(backend_port)),
     ] {
-        test_cluster::manifests::apply_yaml(&admin, &yaml, SYSTEM_NAMESPACE)
+        test_cluster::manifests::apply_yaml(&admin, &yaml, SYSTEM_NS)
             .await
             .with_context(|| format!("applying {what} in the client"))?;
     }

@@ -1,10 +1,12 @@
 //! Shared plumbing of the project's Kubernetes processes (the resource proxy and the tunnel
-//! gateway controller): leader election on a Lease, the admin HTTP server (`/metrics`,
-//! `/healthz`, `/readyz`), and logging setup.
+//! gateway controller): leader election on a Lease ([`leader`]), and, re-exported from
+//! `service-support` (which the processes without Kubernetes share), the admin HTTP server
+//! ([`admin`]: `/metrics`, `/healthz`, `/readyz`) and logging setup ([`telemetry`]).
 
-pub mod admin;
 pub mod leader;
-pub mod telemetry;
+
+pub use service_support::admin;
+pub use service_support::logging as telemetry;
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -15,11 +17,5 @@ pub enum Error {
         name: String,
         #[source]
         source: kube_lease_manager::LeaseManagerError,
-    },
-    #[error("admin server on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
     },
 }

@@ -1,44 +1,35 @@
 //! The resource proxy: an aggregated-API server that serves a client (tenant) cluster's
 //! configured custom-resource group/versions from a target cluster.
 //!
-//! Pure modules (no I/O beyond reading the configuration file):
-//! - [`config`]: the YAML configuration, its validation and the resolved listeners (RP-1, RP-2).
-//! - [`request_info`]: classifies a request path as discovery, OpenAPI, a resource request of
-//!   the listener's group/version, or outside it (RP-5).
-//! - [`labels`]: injects the owner labels into write bodies (RP-6).
-//! - [`selector`]: label-selector parsing and the owner selector (RP-7).
-//! - [`status`]: Kubernetes `Status` bodies for the proxy's own answers.
-//! - [`names`]: names of the wiring objects in the client cluster (RP-3).
+//! The modules follow a request's way through the proxy:
 //!
-//! The server built on them:
-//! - [`serving`]: the serving certificate every replica shares; [`wiring`]: the APIService,
-//!   Service and deletion-protection policy the leader keeps applied (RP-2, RP-3).
-//! - [`caller_auth`]: only the aggregator may call (RP-4); [`server`]: the TLS listeners;
-//!   [`handler`]: the request path (RP-5 to RP-8, RP-12); [`discovery`]: discovery with local
-//!   fallback (RP-13); [`owner_refs`]: client owner references kept out of the target's
-//!   garbage collector (RP-8); [`target`]: the connection to a target, over [`peers`] (health,
-//!   quarantine, staleness) fed by a static list or [`peer_source`] (EndpointSlices),
-//!   [`exchange`] (requests and whole answers over pooled HTTP/1.1 connections) and [`pool`]
-//!   (watches on multiplexed HTTP/2 connections); [`metrics`]: RP-15.
+//! 1. [`config`]: the YAML configuration, its validation and the listeners it resolves to
+//!    (RP-1, RP-2), and the names of the wiring objects they imply (RP-3).
+//! 2. [`listen`]: the TLS listeners, one per group/version, their serving certificate, and who may
+//!    call them (RP-4).
+//! 3. [`request`]: the request path of a listener: routing, discovery with local fallback
+//!    (RP-13), and the resource request in named steps (RP-5 to RP-8, RP-12, RP-14). It speaks
+//!    the Kubernetes API as [`api`] defines it (request classification, `Status` answers) and
+//!    applies the rules of [`tenancy`].
+//! 4. [`tenancy`]: what makes a client see only its own objects: owner labels on writes (RP-6),
+//!    the owner selector and answer ownership (RP-7), owner references kept out of the target's
+//!    garbage collector (RP-8).
+//! 5. [`target`]: the connection to a target cluster: peers, their health and their source
+//!    (RP-9 to RP-11), HTTP/1.1 exchanges and HTTP/2 watch streams.
+//!
+//! Beside the request path: [`wiring`] keeps the APIServices, Services and deletion protection
+//! applied in the client cluster while this replica leads (RP-2, RP-3, RP-16), and [`metrics`]
+//! holds the Prometheus series (RP-15).
+//!
+//! Layers: [`config`], [`api`] and [`tenancy`] are pure (no I/O beyond reading the configuration
+//! file) and import none of the others; [`target`] knows nothing of requests, [`listen`] nothing
+//! of the request path it serves.
 
-pub mod answer_owner;
-pub mod caller_auth;
+pub mod api;
 pub mod config;
-pub mod discovery;
-mod dns;
-pub mod exchange;
-pub mod handler;
-pub mod labels;
+pub mod listen;
 pub mod metrics;
-pub mod names;
-pub mod owner_refs;
-pub mod peer_source;
-pub mod peers;
-pub mod pool;
-pub mod request_info;
-pub mod selector;
-pub mod server;
-pub mod serving;
-pub mod status;
+pub mod request;
 pub mod target;
+pub mod tenancy;
 pub mod wiring;

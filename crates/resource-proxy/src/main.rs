@@ -16,14 +16,16 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube_support::admin::{Readiness, router, serve as serve_admin};
 use kube_support::telemetry::{self, LogFormat};
 use prometheus_client::registry::Registry;
-use resource_proxy::caller_auth::Authenticator;
 use resource_proxy::config::{ClusterAccess, Config, PeerSource, render_listeners};
-use resource_proxy::handler::Listener;
-use resource_proxy::labels::OwnerLabels;
+use resource_proxy::listen::caller_auth::Authenticator;
+use resource_proxy::listen::server::{self, ServingCert};
+use resource_proxy::listen::serving;
 use resource_proxy::metrics::Metrics;
-use resource_proxy::server::{self, ServingCert};
+use resource_proxy::request::context::ListenerContext;
 use resource_proxy::target::TargetClient;
-use resource_proxy::{peer_source, serving, wiring};
+use resource_proxy::target::peer_source;
+use resource_proxy::tenancy::labels::OwnerLabels;
+use resource_proxy::wiring;
 
 #[derive(Parser)]
 #[command(
@@ -155,8 +157,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let material = serving::ensure(&client, &config)
         .await
         .context("serving certificate")?;
-    let cert = ServingCert::from_pem(&material.cert_chain_pem, &material.key_pem)
-        .map_err(anyhow::Error::msg)?;
+    let cert = ServingCert::from_pem(&material.cert_chain_pem, &material.key_pem)?;
     let serving_rx = serving::watch_serving(
         client.clone(),
         config.clone(),
@@ -181,7 +182,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let tls = server::tls_config(cert);
     let owner = OwnerLabels::for_client(&config.client);
     for l in &config.listeners {
-        let ctx = Arc::new(Listener::new(
+        let ctx = Arc::new(ListenerContext::new(
             l.clone(),
             targets[&l.target].clone(),
             auth.clone(),
@@ -276,26 +277,28 @@ async fn check_identity(target: &TargetClient, expected: &str) {
         .expect("valid request");
     let answer = async {
         use http_body_util::BodyExt;
-        let resp = target.send(req).await.map_err(|e| e.to_string())?;
+        let resp = target.send(req).await?;
         let status = resp.status();
         let body = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(anyhow::Error::msg)?
             .to_bytes();
         if !status.is_success() {
-            return Err(format!(
+            anyhow::bail!(
                 "the target answered {status}: {}",
                 String::from_utf8_lossy(&body)
-            ));
+            );
         }
-        let review: SelfSubjectReview = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        Ok(review
-            .status
-            .and_then(|s| s.user_info)
-            .and_then(|u| u.username)
-            .unwrap_or_default())
+        let review: SelfSubjectReview = serde_json::from_slice(&body)?;
+        anyhow::Ok(
+            review
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .unwrap_or_default(),
+        )
     };
     match answer.await {
         Ok(user) if user == expected => {

@@ -20,7 +20,7 @@
 //! | `vcluster_proxy_watch_events_total` | | watch events passed to callers |
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -256,7 +256,7 @@ impl RequestSeries {
 
     /// Counts an answered request in `vcluster_proxy_request_total`.
     pub fn count(&self, verb: &str, code: u16, reason: &'static str) {
-        let mut requests = self.requests.lock().expect("series lock");
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, c)) = requests
             .iter()
             .find(|((v, c, r), _)| *c == code && *r == reason && v == verb)
@@ -282,7 +282,10 @@ impl RequestSeries {
     /// Records a request's time to its response headers in
     /// `vcluster_proxy_request_duration_seconds`.
     pub fn observe_duration(&self, verb: &str, seconds: f64) {
-        let mut durations = self.durations.lock().expect("series lock");
+        let mut durations = self
+            .durations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some((_, h)) = durations.iter().find(|(v, _)| v == verb) {
             h.observe(seconds);
             return;

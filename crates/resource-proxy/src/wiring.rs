@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -51,9 +51,9 @@ use kube::{Resource, ResourceExt};
 use kube_support::leader::LeaseConfig;
 use tokio::sync::watch;
 
+use crate::config::names;
 use crate::config::{Config, GroupVersionListener};
-use crate::names;
-use crate::serving::ServingMaterial;
+use crate::listen::serving::ServingMaterial;
 
 /// How often the leader re-applies the wiring by default.
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(10);
@@ -351,7 +351,7 @@ impl Wiring {
             .iter()
             .map(|r| (r.group_version.clone(), r.reason.to_string()))
             .collect();
-        let mut previous = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut previous = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         for (group_version, reason) in &now {
             if previous.get(group_version) != Some(reason) {
                 tracing::warn!(%group_version, %reason, "refusing to register the group/version in the client cluster");

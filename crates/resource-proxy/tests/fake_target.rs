@@ -27,16 +27,18 @@ use http::{Method, Response};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use resource_proxy::caller_auth::Authenticator;
 use resource_proxy::config::{
     AccessMode, BaseCredential, ClientIdentity, Credential, GroupVersionListener, PeerAddress,
     PeerSource, Resources, Target, TargetRef,
 };
-use resource_proxy::handler::{CREATE_ID_LABEL, CREATE_LOOKUP_BUDGET, Listener, REQUEST_DEADLINE};
-use resource_proxy::labels::OwnerLabels;
+use resource_proxy::listen::caller_auth::Authenticator;
+use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::metrics::{Metrics, ReasonLabels, RequestLabels};
-use resource_proxy::server::{self, ServingCert};
+use resource_proxy::request::context::ListenerContext;
+use resource_proxy::request::create::{CREATE_ID_LABEL, CREATE_LOOKUP_BUDGET};
+use resource_proxy::request::forward::REQUEST_DEADLINE;
 use resource_proxy::target::TargetClient;
+use resource_proxy::tenancy::labels::OwnerLabels;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -260,7 +262,7 @@ async fn env(f: Behaviour) -> Env {
         }),
         "default",
     );
-    let ctx = Arc::new(Listener::new(
+    let ctx = Arc::new(ListenerContext::new(
         listener,
         target,
         auth,

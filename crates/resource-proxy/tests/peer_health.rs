@@ -12,7 +12,7 @@ use http_body_util::Full;
 use resource_proxy::config::{
     BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef,
 };
-use resource_proxy::peers::{DIAL_TIMEOUT, NoPeer};
+use resource_proxy::target::peers::{DIAL_TIMEOUT, NoPeer};
 use resource_proxy::target::{TargetClient, TargetError};
 
 struct Fixture {
@@ -120,7 +120,7 @@ async fn a_trial_whose_request_is_cancelled_still_reports_its_dial() {
     for _ in 0..3 {
         assert_eq!(get(&client).await.unwrap_err().reason(), "timeout");
     }
-    tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
+    tokio::time::advance(resource_proxy::target::peers::QUARANTINE_DURATION).await;
     // The trial's caller gives up after 1 s; its dial goes on to its 5 s timeout and reports.
     let cancelled = tokio::time::timeout(Duration::from_secs(1), get(&client)).await;
     assert!(cancelled.is_err(), "cancelled before the dial ended");
@@ -136,7 +136,7 @@ async fn a_trial_whose_request_is_cancelled_still_reports_its_dial() {
         "the trial's dial failed and quarantined the host again, instead of leaving it half-open \
          with no trial: {census:?}"
     );
-    tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
+    tokio::time::advance(resource_proxy::target::peers::QUARANTINE_DURATION).await;
     assert_eq!(
         get(&client).await.unwrap_err().reason(),
         "timeout",
@@ -177,7 +177,7 @@ async fn a_refused_dial_is_retried_once_on_the_other_peer_and_both_are_quarantin
     );
     assert_eq!(get(&client).await.unwrap_err().reason(), "all_quarantined");
     // After 20 s each host gets exactly one trial.
-    tokio::time::advance(resource_proxy::peers::QUARANTINE_DURATION).await;
+    tokio::time::advance(resource_proxy::target::peers::QUARANTINE_DURATION).await;
     let census = client.peers().census();
     assert_eq!(census[2].1, 2, "both half-open: {census:?}");
 }

@@ -2,6 +2,7 @@
 //! port.
 
 use std::path::{Path, PathBuf};
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use crate::pki::{ClusterPki, FRONT_PROXY_CLIENT_CN};
@@ -110,7 +111,7 @@ impl ApiServer {
         self.process.is_some()
     }
 
-    /// Starts the process (no wait; see [`ApiServer::wait_ready`]).
+    /// Starts the process (no wait; see [`wait_ready`]).
     pub fn start(&mut self) -> Result<(), Error> {
         if self.process.is_none() {
             crate::process::ensure_port_free(self.port)?;
@@ -158,7 +159,10 @@ pub async fn wait_ready(
 ) -> Result<(), Error> {
     let start = tokio::time::Instant::now();
     loop {
-        server.lock().expect("apiserver lock").check_alive()?;
+        server
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .check_alive()?;
         let req = http::Request::get("/readyz")
             .body(Vec::new())
             .expect("static request");
@@ -169,7 +173,7 @@ pub async fn wait_ready(
             return Ok(());
         }
         if start.elapsed() > READY_TIMEOUT {
-            let s = server.lock().expect("apiserver lock");
+            let s = server.lock().unwrap_or_else(PoisonError::into_inner);
             return Err(Error::NotReady {
                 component: s.name.clone(),
                 waited: READY_TIMEOUT,

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::Error;
 
@@ -23,11 +23,11 @@ pub fn repo_root() -> PathBuf {
 impl Binaries {
     /// Locates (or builds, once per process) the binaries.
     pub fn locate() -> Result<Self, Error> {
-        static FOUND: OnceLock<Result<Binaries, String>> = OnceLock::new();
+        static FOUND: OnceLock<Result<Binaries, Arc<Error>>> = OnceLock::new();
         FOUND
-            .get_or_init(|| Self::find_or_build().map_err(|e| e.to_string()))
+            .get_or_init(|| Self::find_or_build().map_err(Arc::new))
             .clone()
-            .map_err(Error::Binaries)
+            .map_err(Error::Once)
     }
 
     fn find_or_build() -> Result<Self, Error> {
@@ -42,11 +42,10 @@ impl Binaries {
                     .output()
                     .map_err(|e| Error::io(&script, e))?;
                 if !out.status.success() {
-                    return Err(Error::Binaries(format!(
-                        "{} failed ({}); its messages are above",
-                        script.display(),
-                        out.status
-                    )));
+                    return Err(Error::Script {
+                        script,
+                        status: out.status,
+                    });
                 }
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
@@ -60,7 +59,7 @@ impl Binaries {
             bins.kubectl(),
         ] {
             if !b.is_file() {
-                return Err(Error::Binaries(format!("{} is missing", b.display())));
+                return Err(Error::MissingBinary(b));
             }
         }
         Ok(bins)

@@ -2,7 +2,7 @@
 //! kube-controller-manager, and ways in (kube clients, kubeconfig files, the built kubectl).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use crate::apiserver::{ApiServer, wait_ready};
 use crate::kubeconfig;
@@ -80,7 +80,10 @@ impl Cluster {
             controller_manager: Mutex::new(None),
         };
         for i in 0..count {
-            cluster.servers[i].lock().expect("apiserver lock").start()?;
+            cluster.servers[i]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .start()?;
         }
         for i in 0..count {
             cluster.write_admin_kubeconfig(i)?;
@@ -113,7 +116,10 @@ impl Cluster {
             &args,
             &self.dir.join("kube-controller-manager.log"),
         )?;
-        *self.controller_manager.lock().expect("kcm lock") = Some(process);
+        *self
+            .controller_manager
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(process);
         Ok(())
     }
 
@@ -144,12 +150,18 @@ impl Cluster {
 
     /// URL of API server `i`.
     pub fn server_url(&self, i: usize) -> String {
-        self.servers[i].lock().expect("apiserver lock").url()
+        self.servers[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .url()
     }
 
     /// Port of API server `i`.
     pub fn server_port(&self, i: usize) -> u16 {
-        self.servers[i].lock().expect("apiserver lock").port()
+        self.servers[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .port()
     }
 
     /// The admin kubeconfig (first server), for kubectl.
@@ -245,19 +257,28 @@ impl Cluster {
 
     /// Stops API server `i` (its port stays reserved).
     pub fn stop_server(&self, i: usize) {
-        self.servers[i].lock().expect("apiserver lock").stop();
+        self.servers[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop();
     }
 
     /// Starts API server `i` again on its port and waits until it is ready.
     pub async fn restart_server(&self, i: usize) -> Result<(), Error> {
-        self.servers[i].lock().expect("apiserver lock").start()?;
+        self.servers[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .start()?;
         let client = self.client_for_server(i).await?;
         wait_ready(&self.servers[i], &client).await
     }
 
     /// Whether API server `i` is running.
     pub fn server_running(&self, i: usize) -> bool {
-        self.servers[i].lock().expect("apiserver lock").is_running()
+        self.servers[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_running()
     }
 
     /// Pids of every running process of this cluster.
@@ -265,9 +286,14 @@ impl Cluster {
         let mut pids: Vec<u32> = self
             .servers
             .iter()
-            .filter_map(|s| s.lock().expect("apiserver lock").pid())
+            .filter_map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).pid())
             .collect();
-        if let Some(p) = self.controller_manager.lock().expect("kcm lock").as_ref() {
+        if let Some(p) = self
+            .controller_manager
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
             pids.push(p.pid());
         }
         pids
@@ -277,7 +303,7 @@ impl Cluster {
     pub fn log_report(&self, lines: usize) -> String {
         let mut out = String::new();
         for s in &self.servers {
-            let s = s.lock().expect("apiserver lock");
+            let s = s.lock().unwrap_or_else(PoisonError::into_inner);
             out.push_str(&format!(
                 "----- {} ({}) -----\n{}\n",
                 s.name(),
@@ -285,7 +311,12 @@ impl Cluster {
                 s.log_tail(lines)
             ));
         }
-        if let Some(p) = self.controller_manager.lock().expect("kcm lock").as_ref() {
+        if let Some(p) = self
+            .controller_manager
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
             out.push_str(&format!(
                 "----- {} ({}) -----\n{}\n",
                 p.name(),

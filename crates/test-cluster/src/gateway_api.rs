@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::Error;
 use crate::binaries::repo_root;
@@ -13,7 +13,7 @@ pub const GATEWAY_API_VERSION: &str = "v1.5.1";
 
 /// The directory holding the standard-channel CRD YAML files (fetched once per process).
 pub fn crd_dir() -> Result<PathBuf, Error> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static DIR: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
     DIR.get_or_init(|| {
         let script = repo_root().join("scripts/fetch-gateway-api-crds.sh");
         let out = Command::new("bash")
@@ -22,9 +22,12 @@ pub fn crd_dir() -> Result<PathBuf, Error> {
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
             .output()
-            .map_err(|e| format!("{}: {e}", script.display()))?;
+            .map_err(|e| Arc::new(Error::io(&script, e)))?;
         if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
+            return Err(Arc::new(Error::Script {
+                script,
+                status: out.status,
+            }));
         }
         Ok(PathBuf::from(
             String::from_utf8_lossy(&out.stdout)
@@ -35,7 +38,7 @@ pub fn crd_dir() -> Result<PathBuf, Error> {
         ))
     })
     .clone()
-    .map_err(Error::Manifest)
+    .map_err(Error::Once)
 }
 
 /// Every standard-channel manifest, concatenated as one multi-document YAML.

@@ -57,8 +57,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("control-plane binaries: {0}")]
-    Binaries(String),
+    #[error("{} failed ({status}); its messages are above", script.display())]
+    Script {
+        script: PathBuf,
+        status: std::process::ExitStatus,
+    },
+    #[error("control-plane binaries: {} is missing", .0.display())]
+    MissingBinary(PathBuf),
+    /// What a step done once per process (finding the binaries, fetching the CRDs) failed with,
+    /// as every caller of that step gets it.
+    #[error(transparent)]
+    Once(std::sync::Arc<Error>),
     #[error("certificate generation: {0}")]
     Pki(String),
     #[error("no free port found on 127.0.0.1")]

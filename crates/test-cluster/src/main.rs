@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use service_support::logging::{self, LogFormat};
 use test_cluster::{ClusterSpec, ControlPlane};
 
 #[derive(Parser)]
@@ -56,13 +57,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     test_cluster::install_crypto_provider();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube_client=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init_with_default(LogFormat::Text, "info,kube_client=off");
     match Cli::parse().command {
         Cmd::Up {
             clusters,

@@ -11,7 +11,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::Error;
 
@@ -66,7 +66,7 @@ impl ManagedProcess {
         let (tx, rx) = mpsc::channel();
         spawner()
             .lock()
-            .expect("spawner lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .send((cmd, tx))
             .expect("spawner thread is alive");
         let child = rx
@@ -156,7 +156,7 @@ fn set_parent_death_signal(cmd: &mut Command) {
 /// process, so two components started together never race for the same one.
 pub fn free_port() -> Result<u16, Error> {
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().expect("port lock");
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
     for _ in 0..64 {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .map_err(|e| Error::io(Path::new("127.0.0.1:0"), e))?;

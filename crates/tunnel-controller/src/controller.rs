@@ -10,7 +10,7 @@
 //! once.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -20,15 +20,17 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
+use crate::credentials::secret_value;
+use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
+use crate::keys::PartitionKey;
 use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
-use crate::model::{self, Model, PartitionKey, Plane, Settings};
+use crate::model::{self, Model, Plane, Settings};
+use crate::names::PlaneNames;
 use crate::planes::{self, Planes};
-use crate::provision::Provisioner;
 use crate::push::{ConditionChange, PushOutcome};
-use crate::render::PlaneNames;
 use crate::status::{self, Effects, Write, Writer};
-use crate::tunnels::{TunnelResult, TunnelSync};
+use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
 
 /// Quiet period after a change before a round starts.
@@ -58,7 +60,7 @@ pub struct Controller {
     /// When the current burst of changes began (ingress writes wait for its end).
     burst_since: std::sync::Mutex<Option<Instant>>,
     /// Each tunnel's last sync result, standing while ingress writes wait.
-    last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, String>>>,
+    last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, Arc<SyncError>>>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -163,7 +165,10 @@ impl Controller {
             .last_change()
             .elapsed()
             .is_none_or(|e| e >= INGRESS_QUIET);
-        let mut since = self.burst_since.lock().expect("burst lock");
+        let mut since = self
+            .burst_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if quiet {
             *since = None;
             return true;
@@ -190,17 +195,26 @@ impl Controller {
         notices.extend(provisioned.notices);
 
         // Tunnels, all at once; each on its own. Mid-burst, the last results stand.
-        let results: Vec<(String, Result<TunnelResult, String>)> = if self.ingress_due() {
+        let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if self.ingress_due() {
             let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
-                (tunnel.clone(), self.tunnels.sync(tunnel, plan).await)
+                (
+                    tunnel.clone(),
+                    self.tunnels.sync(tunnel, plan).await.map_err(Arc::new),
+                )
             });
             let results = futures::future::join_all(syncs).await;
-            *self.last_tunnels.lock().expect("tunnels lock") = results.iter().cloned().collect();
+            *self
+                .last_tunnels
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = results.iter().cloned().collect();
             results
         } else {
             tracing::debug!("changes still arriving; ingress documents wait for the quiet");
             outcome.incomplete = true;
-            let last = self.last_tunnels.lock().expect("tunnels lock");
+            let last = self
+                .last_tunnels
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             model
                 .tunnels
                 .keys()
@@ -220,10 +234,11 @@ impl Controller {
                     for (host, route) in r.overflow {
                         effects.overflow.entry(route).or_default().push(host);
                     }
+                    effects.ingress.insert(tunnel, r.hostnames);
                 }
                 Err(e) => {
                     tracing::warn!(tunnel, error = %e, "Cloudflare sync failed; the tunnel's routes are Pending");
-                    effects.tunnel_errors.insert(tunnel, e);
+                    effects.tunnel_errors.insert(tunnel, e.to_string());
                     outcome.incomplete = true;
                 }
             }
@@ -254,6 +269,11 @@ impl Controller {
                         .inc();
                 }
                 outcome.incomplete |= report.incomplete;
+                // Not loaded: a failed push (retried, as incomplete) or no proxy yet (its
+                // EndpointSlice wakes the next round).
+                if report.loaded {
+                    effects.loaded.insert(key.clone());
+                }
                 if let Some(err) = &report.failing {
                     effects.push_failing.insert(key.clone(), err.clone());
                 }
@@ -397,7 +417,7 @@ impl Controller {
             .iter()
             .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == *name)
         {
-            return model::secret_value(s, AUTH_TOKEN_KEY).ok_or_else(|| {
+            return secret_value(s, AUTH_TOKEN_KEY).ok_or_else(|| {
                 format!("Secret {ns}/{name} has no key {AUTH_TOKEN_KEY:?} (the shared plane's config-API token)")
             });
         }
@@ -437,7 +457,7 @@ const AUTH_TOKEN_KEY: &str = crate::api::DEFAULT_AUTH_TOKEN_KEY;
 
 /// 32 random bytes, hex.
 pub fn random_token() -> String {
-    use rand::RngCore;
+    use rand::Rng;
     let mut b = [0u8; 32];
     rand::rng().fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()

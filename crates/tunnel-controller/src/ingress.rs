@@ -32,7 +32,7 @@ pub fn plan(current: &TunnelConfig, hostnames: &[String]) -> Plan {
     let mut seen = BTreeSet::new();
     let mut overflow = Vec::new();
     for h in hostnames {
-        let h = h.trim().trim_end_matches('.').to_ascii_lowercase();
+        let h = rule_hostname(h);
         if h.is_empty() || h == "*" || !seen.insert(h.clone()) {
             continue;
         }
@@ -56,6 +56,11 @@ pub fn plan(current: &TunnelConfig, hostnames: &[String]) -> Plan {
         write: (desired != *current).then_some(desired),
         overflow,
     }
+}
+
+/// A hostname as the document's rules spell it: lower-case, without a trailing dot.
+pub fn rule_hostname(h: &str) -> String {
+    h.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// Cloudflare matches rules in order, first match wins: exact hostnames before wildcards, and a

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use tunnel_proxy::config::Config;
+use tunnel_config::config::Config;
 
-use crate::model::PartitionKey;
+use crate::keys::PartitionKey;
 use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};
 
 /// The config-API port name on the headless Service (and its EndpointSlices).
@@ -73,6 +73,8 @@ pub struct RoundReport {
     pub incomplete: bool,
     /// Whether the condition is set after this round.
     pub failing: Option<String>,
+    /// Whether every proxy of the partition (at least one) holds the current document.
+    pub loaded: bool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,7 @@ impl Planes {
             return RoundReport {
                 failing: state.health.is_failing().then(|| state.last_error.clone()),
                 change,
+                loaded: !endpoints.is_empty(),
                 ..Default::default()
             };
         }
@@ -160,8 +163,10 @@ impl Planes {
             }
         }
         let change = state.health.record(&outcomes);
+        let incomplete = outcomes.iter().any(|(_, o)| !o.is_loaded());
         RoundReport {
-            incomplete: outcomes.iter().any(|(_, o)| !o.is_loaded()),
+            loaded: !incomplete,
+            incomplete,
             failing: state.health.is_failing().then(|| state.last_error.clone()),
             outcomes,
             change: Some(change),

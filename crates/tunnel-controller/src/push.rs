@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tunnel_proxy::config::Config;
+use tunnel_config::config::Config;
 
 /// Per-request timeout of a push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);

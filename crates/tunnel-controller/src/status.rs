@@ -10,6 +10,8 @@
 //!   next round recomputes from the fresh object instead of erasing theirs.
 //! - A condition turning False (or changing reason while False) publishes a Warning Event with
 //!   the condition's reason and message: everything a user must notice is in `kubectl describe`.
+//!   [`PUBLISHED`] is the exception: False while delivery is under way, it has no Event of its
+//!   own (what keeps it False for long has one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,20 +26,25 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::json;
 
 use crate::api::GatewayClassConfig;
-use crate::claims;
 use crate::conditions::{Verdict, merge};
+use crate::dedicated::claims;
+use crate::ingress;
+use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
-    CLASS_FINALIZER, GATEWAY_GROUP, Model, ObjKey, PROXY_CONFIG_PUSHED, PartitionKey,
-    PolicyOutcome, RouteId, RouteKind, RouteOutcome,
+    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, RouteOutcome, RouteParentStatus,
 };
 
 /// The field manager of every write.
 pub const MANAGER: &str = "tunnel-gateway-controller";
 /// Condition type on routes with hostnames beyond the 1,000-rule cap of their tunnel.
 pub const INGRESS_RULE_LIMIT: &str = "cf.k8s.lex.la/IngressRuleLimit";
+/// Condition type on attached route parents: True once the Gateway's data plane has loaded the
+/// route and the tunnel's ingress document lists every hostname of it (`kubectl wait` on it).
+pub const PUBLISHED: &str = "cf.k8s.lex.la/Published";
 
 /// The Event reason when a tunnel's ingress sync fails (its routes and Gateways say Pending).
 pub const CLOUDFLARE_SYNC_FAILED: &str = "CloudflareSyncFailed";
@@ -53,6 +60,12 @@ pub struct Effects {
     pub push_failing: BTreeMap<PartitionKey, String>,
     /// Dedicated Gateways whose plane could not be written, with the reason.
     pub render_errors: BTreeMap<ObjKey, String>,
+    /// Partitions whose every proxy holds this round's document.
+    pub loaded: BTreeSet<PartitionKey>,
+    /// The hostnames each tunnel's ingress document lists now (as
+    /// [`ingress::rule_hostname`] spells them); a tunnel whose document this round did not
+    /// read or write is absent.
+    pub ingress: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -60,7 +73,7 @@ pub struct Effects {
 pub enum Write {
     GatewayClass {
         name: String,
-        status: Value,
+        status: GatewayClassStatus,
     },
     ClassFinalizer {
         name: String,
@@ -69,22 +82,31 @@ pub enum Write {
     },
     ClassConfig {
         name: String,
-        status: Value,
+        conditions: Vec<Condition>,
     },
     Gateway {
         key: ObjKey,
-        status: Value,
+        status: GatewayStatus,
     },
     Route {
         id: RouteId,
         resource_version: Option<String>,
-        parents: Vec<Value>,
+        parents: Vec<RouteParentStatus>,
     },
     Policy {
         key: ObjKey,
         resource_version: Option<String>,
-        ancestors: Vec<Value>,
+        ancestors: Vec<PolicyAncestorStatus>,
     },
+}
+
+/// One `status.ancestors` entry of a BackendTLSPolicy, as Gateway API's `PolicyAncestorStatus`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    pub ancestor_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
 }
 
 /// An Event to publish about an object.
@@ -124,11 +146,10 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         if conditions != current {
             writes.push(Write::GatewayClass {
                 name: class.name_any(),
-                status: serde_json::to_value(GatewayClassStatus {
+                status: GatewayClassStatus {
                     conditions: Some(conditions),
                     supported_features: None,
-                })
-                .unwrap_or_default(),
+                },
             });
         }
         let has = class.finalizers().iter().any(|f| f == CLASS_FINALIZER);
@@ -162,7 +183,7 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         if conditions != current {
             writes.push(Write::ClassConfig {
                 name: c.config.name_any(),
-                status: json!({ "conditions": conditions }),
+                conditions,
             });
         }
     }
@@ -242,7 +263,7 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         if desired != current {
             writes.push(Write::Gateway {
                 key: key.clone(),
-                status: serde_json::to_value(&desired).unwrap_or_default(),
+                status: desired,
             });
         }
     }
@@ -268,8 +289,8 @@ fn route_write(
     now: &Time,
     notices: &mut Vec<Notice>,
 ) -> Option<Write> {
-    let ours = |p: &Value| p["controllerName"].as_str() == Some(controller_name);
-    let mut parents: Vec<Value> = r
+    let ours = |p: &RouteParentStatus| p.controller_name == controller_name;
+    let mut parents: Vec<RouteParentStatus> = r
         .current_parents
         .iter()
         .filter(|p| !ours(p))
@@ -278,7 +299,7 @@ fn route_write(
     let reference = route_reference(r);
     let mut seen = BTreeSet::new();
     for p in &r.parents {
-        if !seen.insert(p.parent_ref.to_string()) {
+        if !seen.insert(&p.parent_ref) {
             continue; // the same parentRef twice: one status entry
         }
         let mut verdicts = p.verdicts.clone();
@@ -319,16 +340,22 @@ fn route_write(
                 ),
             ));
         }
+        if attached {
+            verdicts.push(published(r, p, gw, effects));
+        }
         let before: Vec<Condition> = r
             .current_parents
             .iter()
-            .find(|c| ours(c) && c["parentRef"] == p.parent_ref)
-            .and_then(|c| serde_json::from_value(c["conditions"].clone()).ok())
+            .find(|c| ours(c) && c.parent_ref == p.parent_ref)
+            .map(|c| c.conditions.clone())
             .unwrap_or_default();
         let conditions = merge(&before, &verdicts, r.generation, now);
         for c in &conditions {
             let was = before.iter().find(|b| b.type_ == c.type_);
-            let failing = c.status == "False"
+            // Published=False says what is still under way; the failures behind a lasting one
+            // have Events of their own (ProxyConfigPushFailed, CloudflareSyncFailed,
+            // IngressRuleLimitExceeded).
+            let failing = (c.status == "False" && c.type_ != PUBLISHED)
                 || c.type_ == INGRESS_RULE_LIMIT
                 || c.type_ == claims::CONDITION_TUNNEL_SHARED;
             if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
@@ -347,13 +374,13 @@ fn route_write(
                 });
             }
         }
-        parents.push(json!({
-            "parentRef": p.parent_ref,
-            "controllerName": controller_name,
-            "conditions": conditions,
-        }));
+        parents.push(RouteParentStatus {
+            parent_ref: p.parent_ref.clone(),
+            controller_name: controller_name.to_owned(),
+            conditions,
+        });
     }
-    if normalize_parents(&parents) == normalize_parents(&r.current_parents) {
+    if parents == r.current_parents {
         return None;
     }
     Some(Write::Route {
@@ -363,37 +390,94 @@ fn route_write(
     })
 }
 
+/// Whether an attached route parent is live: the Gateway's partition has loaded this round's
+/// document (which holds the route) and its tunnel's ingress document lists every hostname the
+/// route serves through it. Both come from this round's I/O, so it is never True before both
+/// are done; every round that leaves one undone is retried, so it turns True once they are.
+fn published(
+    r: &RouteOutcome,
+    p: &crate::model::ParentOutcome,
+    gw: Option<&crate::model::GatewayOutcome>,
+    effects: &Effects,
+) -> Verdict {
+    let partition = gw.and_then(|g| g.partition.as_ref());
+    let tunnel = gw.and_then(|g| g.tunnel.as_ref());
+    let overflow = effects.overflow.get(&r.id);
+    let listed = tunnel.and_then(|t| effects.ingress.get(t));
+    let hostnames = p
+        .hostnames
+        .iter()
+        .flatten()
+        .map(|h| ingress::rule_hostname(h));
+    let (mut left_out, mut missing) = (Vec::new(), Vec::new());
+    for h in hostnames.filter(|h| !h.is_empty() && h != "*") {
+        if overflow.is_some_and(|o| o.iter().any(|x| ingress::rule_hostname(x) == h)) {
+            left_out.push(h);
+        } else if !listed.is_some_and(|l| l.contains(&h)) {
+            missing.push(h);
+        }
+    }
+    let mut waiting = Vec::new();
+    if !partition.is_some_and(|k| effects.loaded.contains(k)) {
+        waiting.push(match partition {
+            Some(k) => format!("the {k} data plane has not loaded the route yet"),
+            None => "no data plane serves the Gateway yet".to_owned(),
+        });
+    }
+    if !missing.is_empty() {
+        waiting.push(format!(
+            "the ingress document of tunnel {} does not list {} yet",
+            tunnel.map_or("?", String::as_str),
+            missing.join(", ")
+        ));
+    }
+    if !left_out.is_empty() {
+        waiting.push(format!(
+            "{} did not fit the tunnel's ingress document (see {INGRESS_RULE_LIMIT})",
+            left_out.join(", ")
+        ));
+        return Verdict::fail(PUBLISHED, "IngressRuleLimitExceeded", waiting.join("; "));
+    }
+    if waiting.is_empty() {
+        Verdict::ok(
+            PUBLISHED,
+            "the data plane serves the route and the tunnel's ingress document lists its hostnames",
+        )
+    } else {
+        Verdict::fail(PUBLISHED, "Pending", waiting.join("; "))
+    }
+}
+
 /// A BackendTLSPolicy's `status.ancestors`: ours per Gateway that uses it, others' kept.
 fn policy_write(p: &PolicyOutcome, controller_name: &str, now: &Time) -> Option<Write> {
-    let current: Vec<Value> = p
+    let current: Vec<PolicyAncestorStatus> = p
         .policy
         .status
-        .as_ref()
-        .map(|s| {
-            s.ancestors
-                .iter()
-                .filter_map(|a| serde_json::to_value(a).ok())
-                .collect()
+        .iter()
+        .flat_map(|s| &s.ancestors)
+        .map(|a| PolicyAncestorStatus {
+            ancestor_ref: ParentRef::from(&a.ancestor_ref),
+            controller_name: a.controller_name.clone(),
+            conditions: a.conditions.clone(),
         })
-        .unwrap_or_default();
-    let ours = |a: &Value| a["controllerName"].as_str() == Some(controller_name);
-    let mut ancestors: Vec<Value> = current.iter().filter(|a| !ours(a)).cloned().collect();
+        .collect();
+    let ours = |a: &PolicyAncestorStatus| a.controller_name == controller_name;
+    let mut ancestors: Vec<PolicyAncestorStatus> =
+        current.iter().filter(|a| !ours(a)).cloned().collect();
     for gw in &p.ancestors {
-        let ancestor_ref = json!({
-            "group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name,
-        });
+        let ancestor_ref = ParentRef::to_gateway(gw, None, None);
         let before: Vec<Condition> = current
             .iter()
-            .find(|a| ours(a) && a["ancestorRef"] == ancestor_ref)
-            .and_then(|a| serde_json::from_value(a["conditions"].clone()).ok())
+            .find(|a| ours(a) && a.ancestor_ref == ancestor_ref)
+            .map(|a| a.conditions.clone())
             .unwrap_or_default();
-        ancestors.push(json!({
-            "ancestorRef": ancestor_ref,
-            "controllerName": controller_name,
-            "conditions": merge(&before, &p.verdicts, p.policy.metadata.generation, now),
-        }));
+        ancestors.push(PolicyAncestorStatus {
+            ancestor_ref,
+            controller_name: controller_name.to_owned(),
+            conditions: merge(&before, &p.verdicts, p.policy.metadata.generation, now),
+        });
     }
-    if normalize_parents(&ancestors) == normalize_parents(&current) {
+    if ancestors == current {
         return None;
     }
     Some(Write::Policy {
@@ -401,20 +485,6 @@ fn policy_write(p: &PolicyOutcome, controller_name: &str, now: &Time) -> Option<
         resource_version: p.policy.resource_version(),
         ancestors,
     })
-}
-
-/// Entries as the API server returns them (conditions serialized the same way), for comparing.
-fn normalize_parents(v: &[Value]) -> Vec<Value> {
-    v.iter()
-        .map(|p| {
-            let mut p = p.clone();
-            if let Some(c) = p.get("conditions").cloned() {
-                let parsed: Vec<Condition> = serde_json::from_value(c).unwrap_or_default();
-                p["conditions"] = serde_json::to_value(parsed).unwrap_or_default();
-            }
-            p
-        })
-        .collect()
 }
 
 fn route_reference(r: &RouteOutcome) -> k8s_openapi::api::core::v1::ObjectReference {
@@ -479,9 +549,9 @@ impl Writer {
                 api.patch(name, &PatchParams::default(), &Patch::Merge(body))
                     .await?;
             }
-            Write::ClassConfig { name, status } => {
+            Write::ClassConfig { name, conditions } => {
                 let api: Api<GatewayClassConfig> = Api::all(self.client.clone());
-                let body = json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayClassConfig", "status": status});
+                let body = json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayClassConfig", "status": {"conditions": conditions}});
                 api.patch_status(name, &apply, &Patch::Apply(body)).await?;
             }
             Write::Gateway { key, status } => {

@@ -9,20 +9,47 @@
 //! Each tunnel syncs on its own: one failing tunnel (bad credentials, rate limit, outage) leaves
 //! the others untouched, and only its Gateways' routes are marked Pending.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloudflare_api::{ApiMetrics, Client, RetryPolicy, retry};
+use cloudflare_api::{ApiMetrics, BuildError, Client, Error, RetryPolicy, retry};
 use tokio::sync::Mutex;
 
+use crate::credentials::Credentials;
+use crate::dedicated::verify::verify_claim;
 use crate::dedicated::{Verification, VerifyRequest};
 use crate::ingress;
-use crate::model::{Credentials, RouteId, TunnelPlan};
-use crate::verify::verify_claim;
+use crate::keys::RouteId;
+use crate::model::TunnelPlan;
+use crate::names::sha256_hex;
 
 /// A tunnel already in sync is read again after this long (drift healing).
 pub const RESYNC_AFTER: Duration = Duration::from_secs(300);
+
+/// Why a tunnel's document could not be synced (or a claim not asked about); the text is what
+/// its routes and Gateways show.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("building the Cloudflare client: {0}")]
+    Client(#[source] BuildError),
+    #[error("finding the Cloudflare account: {0}")]
+    Account(#[from] AccountError),
+    /// Reading or writing the tunnel's configuration.
+    #[error(transparent)]
+    Api(Error),
+}
+
+/// Why the account of an API token is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error(transparent)]
+    Api(Error),
+    #[error("the API token sees no account; set accountId on the GatewayClassConfig")]
+    None,
+    #[error("the API token sees {0} accounts; set accountId on the GatewayClassConfig")]
+    Many(usize),
+}
 
 /// The result of one tunnel's sync.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +60,9 @@ pub struct TunnelResult {
     pub rules: usize,
     /// Whether a PUT was made.
     pub wrote: bool,
+    /// The hostnames the document lists now (lower-case, no trailing dot; the overflow left
+    /// out): a route is published once all of its hostnames are here.
+    pub hostnames: BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -64,11 +94,11 @@ impl TunnelSync {
     }
 
     /// Brings `tunnel`'s ingress document to `plan`; the error is what routes will show.
-    pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, String> {
+    pub async fn sync(&self, tunnel: &str, plan: &TunnelPlan) -> Result<TunnelResult, SyncError> {
         // The credentials are part of what was synced: a rotated API token is used at once (and
         // a document another party changed meanwhile is healed with it).
         let hostnames: Vec<String> = plan.hostnames.iter().map(|(h, _)| h.clone()).collect();
-        let fingerprint = crate::render::sha256_hex(&format!(
+        let fingerprint = sha256_hex(&format!(
             "{}\n{:?}",
             plan.credentials.api_token, plan.credentials.account_id
         ));
@@ -85,23 +115,22 @@ impl TunnelSync {
             && *fp == fingerprint
             && at.elapsed() < RESYNC_AFTER
         {
+            let overflow = overflow_of(plan, &hostnames);
             return Ok(TunnelResult {
-                overflow: overflow_of(plan, &hostnames),
+                hostnames: listed(&hostnames, &overflow),
+                overflow,
                 rules: *rules,
                 wrote: false,
             });
         }
         let client = self.client(&plan.credentials).await?;
-        let account = self
-            .account(&client, &plan.credentials)
-            .await
-            .map_err(|e| format!("finding the Cloudflare account: {e}"))?;
+        let account = self.account(&client, &plan.credentials).await?;
         let sleep = tokio::time::sleep;
         let current = retry(&self.retry, sleep, || {
             client.get_tunnel_configuration(&account, tunnel)
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(SyncError::Api)?;
         let current_doc = current.config;
         let planned = ingress::plan(&current_doc, &hostnames);
         let rules = planned
@@ -115,12 +144,13 @@ impl TunnelSync {
                 client.put_tunnel_configuration(&account, tunnel, doc)
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SyncError::Api)?;
             tracing::info!(tunnel, rules, "tunnel ingress document written");
         }
         state.synced = Some((hostnames.clone(), Instant::now(), rules, fingerprint));
         let overflow = overflow_of(plan, &hostnames);
         Ok(TunnelResult {
+            hostnames: listed(&hostnames, &overflow),
             overflow,
             rules,
             wrote,
@@ -128,15 +158,15 @@ impl TunnelSync {
     }
 
     /// Asks the Cloudflare API whether a dedicated Gateway's connector token is a real token of
-    /// a tunnel the credentials' account holds ([`crate::verify::verify_claim`]).
+    /// a tunnel the credentials' account holds ([`verify_claim`]).
     pub async fn verify(&self, req: &VerifyRequest) -> Verification {
         let client = match self.client(&req.credentials).await {
             Ok(c) => c,
-            Err(e) => return Verification::Pending(e),
+            Err(e) => return Verification::Pending(e.to_string()),
         };
         let account = match self.account(&client, &req.credentials).await {
             Ok(a) => a,
-            Err(e) => return Verification::Pending(format!("finding the Cloudflare account: {e}")),
+            Err(e) => return Verification::Pending(SyncError::from(e).to_string()),
         };
         match verify_claim(&client, &account, &req.token).await {
             Ok(()) => Verification::Verified,
@@ -150,7 +180,7 @@ impl TunnelSync {
         self.state.lock().await.retain(|t, _| tunnels(t));
     }
 
-    async fn client(&self, creds: &Credentials) -> Result<Client, String> {
+    async fn client(&self, creds: &Credentials) -> Result<Client, SyncError> {
         let mut clients = self.clients.lock().await;
         if let Some(c) = clients.get(&creds.api_token) {
             return Ok(c.clone());
@@ -159,19 +189,19 @@ impl TunnelSync {
             .base_url(self.base_url.clone())
             .observer(Arc::new(self.metrics.clone()))
             .build()
-            .map_err(|e| format!("building the Cloudflare client: {e}"))?;
+            .map_err(SyncError::Client)?;
         clients.insert(creds.api_token.clone(), client.clone());
         Ok(client)
     }
 
-    async fn account(&self, client: &Client, creds: &Credentials) -> Result<String, String> {
+    async fn account(&self, client: &Client, creds: &Credentials) -> Result<String, AccountError> {
         if let Some(a) = &creds.account_id {
             return Ok(a.clone());
         }
         if let Some(a) = self.accounts.lock().await.get(&creds.api_token) {
             return Ok(a.clone());
         }
-        let accounts = client.list_accounts().await.map_err(|e| e.to_string())?;
+        let accounts = client.list_accounts().await.map_err(AccountError::Api)?;
         match accounts.as_slice() {
             [one] => {
                 self.accounts
@@ -180,15 +210,20 @@ impl TunnelSync {
                     .insert(creds.api_token.clone(), one.id.clone());
                 Ok(one.id.clone())
             }
-            [] => Err(
-                "the API token sees no account; set accountId on the GatewayClassConfig".to_owned(),
-            ),
-            many => Err(format!(
-                "the API token sees {} accounts; set accountId on the GatewayClassConfig",
-                many.len()
-            )),
+            [] => Err(AccountError::None),
+            many => Err(AccountError::Many(many.len())),
         }
     }
+}
+
+/// The hostnames a document written for `hostnames` lists, as [`ingress::rule_hostname`]
+/// spells them.
+fn listed(hostnames: &[String], overflow: &[(String, RouteId)]) -> BTreeSet<String> {
+    hostnames
+        .iter()
+        .map(|h| ingress::rule_hostname(h))
+        .filter(|h| !overflow.iter().any(|(o, _)| o == h))
+        .collect()
 }
 
 /// Hostnames beyond the cap: the plan's newest, mapped back to their routes.

@@ -7,7 +7,7 @@
 //! object's size.
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use futures::StreamExt;
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
@@ -35,14 +35,14 @@ pub struct LastChange(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
 
 impl LastChange {
     fn touch(&self) {
-        *self.0.lock().expect("last change lock") = Some(std::time::Instant::now());
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::time::Instant::now());
     }
 
     /// How long ago the last change arrived (`None`: none yet).
     pub fn elapsed(&self) -> Option<std::time::Duration> {
         self.0
             .lock()
-            .expect("last change lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .map(|t| t.elapsed())
     }
 }

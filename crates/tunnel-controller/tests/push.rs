@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use tunnel_config::config::Config;
 use tunnel_controller::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};
 use tunnel_proxy::admin::{self, AdminOptions};
-use tunnel_proxy::config::Config;
 use tunnel_proxy::state::State;
 
 struct ProxyApi {

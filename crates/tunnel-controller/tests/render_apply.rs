@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use test_cluster::{ClusterSpec, ControlPlane};
 use tunnel_controller::api::{GatewayConfig, GatewayConfigSpec};
-use tunnel_controller::render::{RenderInputs, Rendered, generate_auth_token, render};
+use tunnel_controller::dedicated::render::{RenderInputs, Rendered, generate_auth_token, render};
 
 const NAMESPACE: &str = "tenant-a";
 

@@ -1,4 +1,6 @@
-//! The admin port: config API (`PUT`/`GET /config`), `/healthz`, `/readyz`, `/metrics`.
+//! The admin port: config API (`PUT`/`GET /config`) merged into the shared admin routes
+//! (`/healthz`, `/readyz`, `/metrics` from [`service_support::admin`]). Ready once a config is
+//! loaded, while not draining, and in tunnel mode once the connector answers its readiness URL.
 //!
 //! Authentication: when a token is configured, `/config` requires
 //! `Authorization: Bearer <token>`. Per RFC 7235 the scheme name is case-insensitive
@@ -10,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request, State as AxumState};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +21,9 @@ use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use prometheus_client::registry::Registry;
 use serde_json::json;
+use service_support::admin::{Status, routes};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tracing::{info, warn};
@@ -55,7 +58,8 @@ struct Admin {
     probe: Client<HttpConnector, Empty<Bytes>>,
 }
 
-/// Builds the admin router.
+/// Builds the admin router: the config API beside the shared `/healthz`, `/readyz` and
+/// `/metrics` ([`service_support::admin`]).
 pub fn router(state: Arc<State>, options: AdminOptions) -> Result<Router, AdminError> {
     let token_digest = match options.auth_token {
         Some(t) if t.is_empty() => return Err(AdminError::EmptyToken),
@@ -68,12 +72,11 @@ pub fn router(state: Arc<State>, options: AdminOptions) -> Result<Router, AdminE
         ready_url: options.connector_ready_url,
         probe: Client::builder(TokioExecutor::new()).build_http(),
     });
-    Ok(Router::new()
-        .route("/config", get(get_config).put(put_config))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(admin))
+    Ok(routes(admin.clone()).merge(
+        Router::new()
+            .route("/config", get(get_config).put(put_config))
+            .with_state(admin),
+    ))
 }
 
 fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
@@ -185,53 +188,24 @@ async fn get_config(AxumState(admin): AxumState<Arc<Admin>>, headers: HeaderMap)
     }
 }
 
-async fn readyz(AxumState(admin): AxumState<Arc<Admin>>) -> Response {
-    if admin.state.draining() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
+impl Status for Admin {
+    fn registry(&self) -> &Registry {
+        self.state.registry()
     }
-    if admin.state.table().is_none() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "no config loaded\n").into_response();
-    }
-    if let Some(url) = &admin.ready_url {
-        let probe = tokio::time::timeout(READY_PROBE_TIMEOUT, admin.probe.get(url.clone())).await;
-        match probe {
-            Ok(Ok(resp)) if resp.status() == StatusCode::OK => {}
-            Ok(Ok(resp)) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("connector not ready: {}\n", resp.status()),
-                )
-                    .into_response();
-            }
-            Ok(Err(e)) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("connector not ready: {e}\n"),
-                )
-                    .into_response();
-            }
-            Err(_) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "connector readiness probe timed out\n",
-                )
-                    .into_response();
-            }
+
+    async fn not_ready(&self) -> Option<String> {
+        if self.state.draining() {
+            return Some("draining".into());
+        }
+        if self.state.table().is_none() {
+            return Some("no config loaded".into());
+        }
+        let url = self.ready_url.as_ref()?;
+        match tokio::time::timeout(READY_PROBE_TIMEOUT, self.probe.get(url.clone())).await {
+            Ok(Ok(resp)) if resp.status() == StatusCode::OK => None,
+            Ok(Ok(resp)) => Some(format!("connector not ready: {}", resp.status())),
+            Ok(Err(e)) => Some(format!("connector not ready: {e}")),
+            Err(_) => Some("connector readiness probe timed out".into()),
         }
     }
-    (StatusCode::OK, "ok\n").into_response()
-}
-
-async fn metrics(AxumState(admin): AxumState<Arc<Admin>>) -> Response {
-    let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, admin.state.registry()) {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, e);
-    }
-    Response::builder()
-        .header(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
-        .body(Body::from(out))
-        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))
 }

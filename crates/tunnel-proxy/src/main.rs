@@ -6,21 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use service_support::logging::{self, LogFormat};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use tunnel_config::compile::parse_duration;
 use tunnel_proxy::admin::{self, AdminOptions};
-use tunnel_proxy::compile::parse_duration;
 use tunnel_proxy::proxy;
-use tunnel_proxy::state::State;
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Json,
-    Text,
-}
+use tunnel_proxy::state::{MIN_MAX_REQUEST_HEAD, State};
 
 /// L7 data plane of the tunnel gateway.
 #[derive(Debug, Parser)]
@@ -64,7 +59,11 @@ struct Args {
     /// After the grace period, wait at most this long for in-flight requests.
     #[arg(long, env = "PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = duration)]
     drain_timeout: Duration,
-    #[arg(long, env = "PROXY_LOG_FORMAT", value_enum, default_value = "json")]
+    /// Largest client request head (request line and header fields; HTTP/2: header list), in
+    /// bytes or with a `KiB`/`MiB` suffix; larger ones are answered with 431.
+    #[arg(long, env = "PROXY_MAX_REQUEST_HEAD", default_value = "64KiB", value_parser = size)]
+    max_request_head: usize,
+    #[arg(long, env = "PROXY_LOG_FORMAT", default_value = "json")]
     log_format: LogFormat,
 }
 
@@ -78,6 +77,25 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration like 30s, 1m, 500ms"))
 }
 
+/// A byte count: digits, optionally followed by `KiB` or `MiB`; at least
+/// [`MIN_MAX_REQUEST_HEAD`].
+fn size(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match (s.strip_suffix("KiB"), s.strip_suffix("MiB")) {
+        (Some(d), _) => (d, 1024),
+        (_, Some(d)) => (d, 1024 * 1024),
+        _ => (s, 1),
+    };
+    let n = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("`{s}` is not a size like 65536, 64KiB, 1MiB"))?;
+    if n < MIN_MAX_REQUEST_HEAD {
+        return Err(format!("`{s}` is less than {MIN_MAX_REQUEST_HEAD} bytes"));
+    }
+    Ok(n)
+}
+
 fn main() -> anyhow::Result<()> {
     // First, before anything can build a TLS config.
     if rustls::crypto::ring::default_provider()
@@ -87,7 +105,7 @@ fn main() -> anyhow::Result<()> {
         bail!("a rustls crypto provider was already installed");
     }
     let args = Args::parse();
-    init_logging(args.log_format);
+    logging::init(args.log_format);
     // One CPU (cgroup quota or affinity): a single-threaded scheduler avoids the
     // work-stealing machinery that cannot help there.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -101,16 +119,6 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("building the tokio runtime")?
         .block_on(run(args))
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -134,7 +142,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Before anything is announced, so an early SIGTERM is a drain and not a kill.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let state = Arc::new(State::new());
+    let state = Arc::new(State::new().with_max_request_head(args.max_request_head));
     let router = admin::router(
         state.clone(),
         AdminOptions {
@@ -145,16 +153,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let data = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    let admin_listener = TcpListener::bind(args.admin_listen)
-        .await
-        .with_context(|| format!("binding {}", args.admin_listen))?;
+    let (admin_addr, admin_task) =
+        service_support::admin::serve(args.admin_listen, router, std::future::pending()).await?;
     info!(
         data_plane = %data.local_addr()?,
-        admin = %admin_listener.local_addr()?,
+        admin = %admin_addr,
         "listening"
     );
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(admin_listener, router).await {
+        if let Ok(Err(e)) = admin_task.await {
             error!(error = %e, "admin server failed");
         }
     });
@@ -197,4 +204,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         () = drain_limit => warn!("drain timeout reached with requests in flight; exiting"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_request_head_takes_bytes_or_kib_or_mib_and_at_least_8_kib() {
+        assert_eq!(size("65536"), Ok(65536));
+        assert_eq!(size("64KiB"), Ok(65536));
+        assert_eq!(size("1MiB"), Ok(1024 * 1024));
+        for bad in [
+            "4KiB",
+            "8191",
+            "",
+            "KiB",
+            "64 KiB",
+            "64kb",
+            "-1",
+            "99999999999999999999",
+        ] {
+            assert!(size(bad).is_err(), "{bad:?} was accepted");
+        }
+        let args = Args::parse_from(["tunnel-proxy"]);
+        assert_eq!(
+            args.max_request_head,
+            tunnel_proxy::state::DEFAULT_MAX_REQUEST_HEAD
+        );
+    }
 }

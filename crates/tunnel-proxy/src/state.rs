@@ -2,14 +2,16 @@
 //! (swapped atomically), the document it came from, metrics, and the pooled clients.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
 use prometheus_client::registry::Registry;
 
-use crate::compile::{self, CompileError, RouteTable};
-use crate::config::Config;
+use tunnel_config::compile::{self, CompileError};
+use tunnel_config::config::Config;
+
 use crate::metrics::Metrics;
+use crate::table::{self, RouteTable};
 use crate::upstream::ClientCache;
 
 /// Why a push was refused.
@@ -21,6 +23,12 @@ pub enum ApplyError {
     Stale { loaded: u64, pushed: u64 },
 }
 
+/// The default of `--max-request-head`: bytes of a client's request head (request line and
+/// header fields; on HTTP/2 the header list as `SETTINGS_MAX_HEADER_LIST_SIZE` counts it).
+pub const DEFAULT_MAX_REQUEST_HEAD: usize = 64 * 1024;
+/// The least `--max-request-head` may be (hyper's smallest HTTP/1 read buffer).
+pub const MIN_MAX_REQUEST_HEAD: usize = 8 * 1024;
+
 /// Shared by every connection and the admin API.
 pub struct State {
     table: ArcSwapOption<RouteTable>,
@@ -31,6 +39,7 @@ pub struct State {
     /// upstream clients across pushes.
     clients: Mutex<ClientCache>,
     draining: AtomicBool,
+    max_request_head: usize,
 }
 
 impl Default for State {
@@ -50,7 +59,21 @@ impl State {
             registry,
             clients: Mutex::new(ClientCache::default()),
             draining: AtomicBool::new(false),
+            max_request_head: DEFAULT_MAX_REQUEST_HEAD,
         }
+    }
+
+    /// The same, with request heads bounded at `max` bytes (at least
+    /// [`MIN_MAX_REQUEST_HEAD`]; smaller values are raised to it). Larger heads are answered
+    /// with 431 before any byte reaches a backend.
+    pub fn with_max_request_head(mut self, max: usize) -> Self {
+        self.max_request_head = max.max(MIN_MAX_REQUEST_HEAD);
+        self
+    }
+
+    /// How many bytes a client's request head may have.
+    pub fn max_request_head(&self) -> usize {
+        self.max_request_head
     }
 
     /// Parses, validates and compiles `body` completely, then swaps it in unless a newer
@@ -58,7 +81,7 @@ impl State {
     /// error nothing changes.
     pub fn apply(&self, body: &[u8]) -> Result<u64, ApplyError> {
         let config = compile::parse(body)?;
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(loaded) = self.table.load().as_ref().map(|t| t.version)
             && config.version < loaded
         {
@@ -67,7 +90,7 @@ impl State {
                 pushed: config.version,
             });
         }
-        let (table, used) = compile::compile(&config, &self.metrics, &mut clients)?;
+        let (table, used) = table::compile(&config, &self.metrics, &mut clients)?;
         let version = table.version;
         self.table.store(Some(Arc::new(table)));
         self.document.store(Some(Arc::new(config)));

@@ -8,32 +8,27 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
+use http1_wire::{End, Guard, GuardedBody};
 use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-
-use crate::config::{BackendProtocol, BackendTls};
+use tunnel_config::backend::{self, TlsConfigError, UpstreamError};
+use tunnel_config::config::{BackendProtocol, BackendTls};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Body type of everything the proxy sends, upstream and downstream.
@@ -119,156 +114,16 @@ pub type Conn = TokioIo<RawConn>;
 
 // === TLS ===
 
-/// A TLS setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsConfigError {
-    #[error("caBundlePem: {0}")]
-    CaBundle(String),
-    #[error("serverName: {0}")]
-    ServerName(String),
-    #[error("subjectAltNames[{0}]: not a valid DNS name")]
-    SubjectAltName(usize),
-    #[error("clientCertPem: {0}")]
-    ClientCert(String),
-    #[error("clientKeyPem: {0}")]
-    ClientKey(String),
-    #[error("{0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-/// Builds the rustls client config of a backend: its CA bundle only (no system roots), SNI
-/// `serverName`, SAN verification, optional client certificate, ALPN of the protocol.
+/// The TLS side of a backend's connector, from [`backend::client_config`].
 fn tls_settings(
     tls: &BackendTls,
     protocol: BackendProtocol,
 ) -> Result<TlsSettings, TlsConfigError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    let mut found = 0usize;
-    for cert in CertificateDer::pem_slice_iter(tls.ca_bundle_pem.as_bytes()) {
-        let cert = cert.map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-        roots
-            .add(cert)
-            .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-        found += 1;
-    }
-    if found == 0 {
-        return Err(TlsConfigError::CaBundle("no PEM certificate found".into()));
-    }
-    let server_name = ServerName::try_from(tls.server_name.clone())
-        .map_err(|e| TlsConfigError::ServerName(e.to_string()))?;
-    let sans = tls
-        .subject_alt_names
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            ServerName::try_from(s.clone()).map_err(|_| TlsConfigError::SubjectAltName(i))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?;
-    let builder = if sans.is_empty() {
-        builder.with_webpki_verifier(webpki)
-    } else {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SanVerifier {
-                inner: webpki,
-                sans,
-            }))
-    };
-    let mut config = match (&tls.client_cert_pem, &tls.client_key_pem) {
-        (None, None) => builder.with_no_client_auth(),
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TlsConfigError::ClientCert(e.to_string()))?;
-            if chain.is_empty() {
-                return Err(TlsConfigError::ClientCert(
-                    "no PEM certificate found".into(),
-                ));
-            }
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| TlsConfigError::ClientKey(e.to_string()))?
-        }
-        (Some(_), None) => {
-            return Err(TlsConfigError::ClientKey(
-                "required with clientCertPem".into(),
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(TlsConfigError::ClientCert(
-                "required with clientKeyPem".into(),
-            ));
-        }
-    };
-    config.alpn_protocols = vec![match protocol {
-        BackendProtocol::Http1 => b"http/1.1".to_vec(),
-        BackendProtocol::Http2 => b"h2".to_vec(),
-    }];
+    let (config, server_name) = backend::client_config(tls, protocol)?;
     Ok(TlsSettings {
         connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         server_name,
     })
-}
-
-/// BackendTLSPolicy `subjectAltNames`: the chain must verify against the CA bundle and the
-/// certificate must be valid for at least one of the names (SNI stays `serverName`).
-#[derive(Debug)]
-struct SanVerifier {
-    inner: Arc<WebPkiServerVerifier>,
-    sans: Vec<ServerName<'static>>,
-}
-
-impl ServerCertVerifier for SanVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let mut last = rustls::Error::General("no subjectAltNames".into());
-        for san in &self.sans {
-            match self
-                .inner
-                .verify_server_cert(end_entity, intermediates, san, ocsp_response, now)
-            {
-                Ok(ok) => return Ok(ok),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
 }
 
 // === clients ===
@@ -294,7 +149,7 @@ impl H1Client {
     /// The idle list of `dial` (`scheme://endpoint`), created on first use; kept across
     /// config pushes as long as this client is.
     fn pool(self: &Arc<Self>, dial: Uri) -> Arc<EndpointPool> {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools
             .entry(dial.clone())
             .or_insert_with(|| {
@@ -311,11 +166,11 @@ impl H1Client {
     /// Drops expired and closed idle connections, and the lists of endpoints no compiled
     /// table refers to any more.
     fn reap(&self) {
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools.retain(|_, pool| {
-            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = pool.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE_TIMEOUT);
-            let mut raw = pool.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut raw = pool.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
             raw.retain(|c| c.since.elapsed() < POOL_IDLE_TIMEOUT);
             Arc::strong_count(pool) > 1 || !idle.is_empty() || !raw.is_empty()
         });
@@ -336,7 +191,7 @@ async fn reap_every_interval(client: Weak<H1Client>) {
 }
 
 /// Idle HTTP/1.1 connections to one endpoint, most recently used last: hyper's (upgrades,
-/// mirrors) and the fast path's own (see [`crate::h1`]).
+/// mirrors) and the fast path's own.
 pub struct EndpointPool {
     dial: Uri,
     connector: BackendConnector,
@@ -357,7 +212,7 @@ struct IdleConn {
 impl EndpointPool {
     /// The most recently used idle connection that is still open and not expired.
     fn take(&self) -> Option<http1::SendRequest<ProxyBody>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(c) = idle.pop() {
             if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                 // The rest are older still.
@@ -378,7 +233,7 @@ impl EndpointPool {
             return;
         }
         if sender.is_ready() {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             idle.push(IdleConn {
                 sender,
                 since: Instant::now(),
@@ -433,9 +288,13 @@ impl EndpointPool {
                 Ok(resp) => {
                     let (parts, body) = resp.into_parts();
                     // After 101 the connection belongs to the upgrade.
-                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS)
-                        .then(|| (sender, self.clone()));
-                    let body = PooledBody { inner: body, back };
+                    let back = (parts.status != http::StatusCode::SWITCHING_PROTOCOLS).then(|| {
+                        PoolReturn {
+                            sender,
+                            pool: self.clone(),
+                        }
+                    });
+                    let body = GuardedBody::new(body, back).map_err(BoxError::from);
                     return Ok(Response::from_parts(parts, body.boxed_unsync()));
                 }
                 Err(mut e) => match e.take_message() {
@@ -454,7 +313,7 @@ impl EndpointPool {
     pub(crate) async fn take_raw(&self) -> Option<RawConn> {
         loop {
             let mut idle = {
-                let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
                 let c = list.pop()?;
                 if c.since.elapsed() >= POOL_IDLE_TIMEOUT {
                     list.clear();
@@ -471,7 +330,7 @@ impl EndpointPool {
 
     /// Returns a fast-path connection whose exchange is complete.
     pub(crate) fn put_raw(&self, conn: RawConn) {
-        let mut list = self.raw_idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = self.raw_idle.lock().unwrap_or_else(PoisonError::into_inner);
         list.push(IdleRaw {
             conn,
             since: Instant::now(),
@@ -578,54 +437,17 @@ impl AsyncWrite for RawConn {
     }
 }
 
-/// A response body that returns its connection to the pool once it has been read to the end.
-struct PooledBody {
-    inner: Incoming,
-    back: Option<(http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>,
+/// A connection that goes back to its pool once its response was read to the end; otherwise
+/// dropping the sender lets hyper close it.
+struct PoolReturn {
+    sender: http1::SendRequest<ProxyBody>,
+    pool: Arc<EndpointPool>,
 }
 
-impl PooledBody {
-    fn release(&mut self) {
-        if let Some((sender, pool)) = self.back.take() {
-            pool.put(sender);
-        }
-    }
-}
-
-impl Body for PooledBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.release(),
-            Poll::Ready(Some(Err(_))) => this.back = None,
-            _ => {}
-        }
-        polled.map(|f| f.map(|r| r.map_err(BoxError::from)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // Read to the end (or empty from the start): the connection can carry another
-        // request. Otherwise dropping the sender lets hyper close it.
-        if self.inner.is_end_stream() {
-            self.release();
+impl Guard for PoolReturn {
+    fn finish(self, end: End) {
+        if end == End::Complete {
+            self.pool.put(self.sender);
         }
     }
 }
@@ -652,31 +474,12 @@ struct ClientKey {
 }
 
 /// Clients by protocol and TLS identity, reused across config pushes.
+#[derive(Default)]
 pub struct ClientCache {
     clients: HashMap<ClientKey, HttpClient>,
-    /// Whether new HTTP/1.1 clients get a task that reaps their expired idle connections.
-    reap_idle: bool,
-}
-
-impl Default for ClientCache {
-    fn default() -> Self {
-        Self {
-            clients: HashMap::new(),
-            reap_idle: true,
-        }
-    }
 }
 
 impl ClientCache {
-    /// A cache for a compilation whose table never serves (validation): its clients never
-    /// connect, so they need no background task.
-    pub(crate) fn unserved() -> Self {
-        Self {
-            clients: HashMap::new(),
-            reap_idle: false,
-        }
-    }
-
     /// The client for these settings: an existing one, or a new one when the settings are new.
     /// TLS settings are validated either way, so a bad certificate is always an error.
     pub fn client(
@@ -699,9 +502,7 @@ impl ClientCache {
                     connector,
                     pools: Mutex::new(HashMap::new()),
                 });
-                if self.reap_idle
-                    && let Ok(rt) = tokio::runtime::Handle::try_current()
-                {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     rt.spawn(reap_every_interval(Arc::downgrade(&client)));
                 }
                 HttpClient::Http1(client)
@@ -804,14 +605,6 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// An endpoint that is not `host:port`.
-#[derive(Debug, thiserror::Error)]
-#[error("endpoints[{index}]: `{value}` is not `ip:port` or `dns-name:port`")]
-pub struct EndpointError {
-    pub index: usize,
-    pub value: String,
-}
-
 impl Upstream {
     /// `cache` supplies the client; `used` records it as in use by this compilation.
     pub fn new(
@@ -821,16 +614,7 @@ impl Upstream {
         protocol: BackendProtocol,
         tls: Option<&BackendTls>,
     ) -> Result<Self, UpstreamError> {
-        let authorities = endpoints
-            .iter()
-            .enumerate()
-            .map(|(index, e)| {
-                parse_endpoint(e).ok_or_else(|| EndpointError {
-                    index,
-                    value: e.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let authorities = backend::parse_endpoints(endpoints)?;
         let client = cache.client(protocol, tls)?;
         cache.mark(used, protocol, tls);
         let scheme = if tls.is_some() {
@@ -917,57 +701,9 @@ enum Route {
     Legacy(Arc<LegacyClient>),
 }
 
-/// Why an upstream could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    #[error(transparent)]
-    Endpoint(#[from] EndpointError),
-    #[error("tls.{0}")]
-    Tls(#[from] TlsConfigError),
-}
-
-fn parse_endpoint(s: &str) -> Option<Authority> {
-    if s.parse::<std::net::SocketAddr>().is_ok() {
-        return s.parse().ok();
-    }
-    let (host, port) = s.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    let valid = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
-    if valid { s.parse().ok() } else { None }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn endpoints_must_be_host_and_port() {
-        for ok in [
-            "10.0.0.1:80",
-            "[::1]:8080",
-            "svc.ns.svc.cluster.local:443",
-            "localhost:1",
-        ] {
-            assert!(parse_endpoint(ok).is_some(), "{ok}");
-        }
-        for bad in [
-            "10.0.0.1",
-            "svc:http",
-            "svc:70000",
-            ":80",
-            "a..b:80",
-            "http://a:80",
-            "a/b:80",
-        ] {
-            assert!(parse_endpoint(bad).is_none(), "{bad}");
-        }
-    }
 
     #[test]
     fn round_robin_over_endpoints() {

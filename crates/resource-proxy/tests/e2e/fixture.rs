@@ -176,7 +176,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
     };
     // The proxy registers itself (leader-elected wiring) with its own serving CA.
     wait_available(&proxy, group, spec.resources[0]).await;
-    let secret = resource_proxy::names::serving_secret_name(spec.client_name);
+    let secret = resource_proxy::config::names::serving_secret_name(spec.client_name);
     let ca_b64 = kubectl(
         tenant,
         &[

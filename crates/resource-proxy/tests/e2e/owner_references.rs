@@ -47,7 +47,7 @@ async fn client_owner_references_drive_the_clients_garbage_collector_never_the_t
     assert_eq!(seen["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
     assert!(
         seen["metadata"]["annotations"]
-            .get(resource_proxy::owner_refs::ANNOTATION)
+            .get(resource_proxy::tenancy::owner_refs::ANNOTATION)
             .is_none()
     );
     // ... in the target it is only an annotation.
@@ -64,7 +64,7 @@ async fn client_owner_references_drive_the_clients_garbage_collector_never_the_t
         "{stored}"
     );
     assert!(
-        stored["metadata"]["annotations"][resource_proxy::owner_refs::ANNOTATION]
+        stored["metadata"]["annotations"][resource_proxy::tenancy::owner_refs::ANNOTATION]
             .as_str()
             .unwrap()
             .contains(uid.as_str())

@@ -90,11 +90,11 @@ async fn two_clusters_proxy_to_each_other_at_once() {
 async fn deleting_the_wiring_is_denied_with_the_documented_message() {
     let cp = cp();
     let proxy = proxies::a().await;
-    let apiservice = resource_proxy::names::api_service_name(GROUP, VERSION);
-    let service = resource_proxy::names::service_name(GROUP, VERSION);
+    let apiservice = resource_proxy::config::names::api_service_name(GROUP, VERSION);
+    let service = resource_proxy::config::names::service_name(GROUP, VERSION);
     let err = kubectl_err(proxy.tenant, &["delete", "apiservice", &apiservice]).await;
     assert!(
-        err.contains(resource_proxy::names::PROTECTION_MESSAGE),
+        err.contains(resource_proxy::config::names::PROTECTION_MESSAGE),
         "{err}"
     );
     let err = kubectl_err(
@@ -103,7 +103,7 @@ async fn deleting_the_wiring_is_denied_with_the_documented_message() {
     )
     .await;
     assert!(
-        err.contains(resource_proxy::names::PROTECTION_MESSAGE),
+        err.contains(resource_proxy::config::names::PROTECTION_MESSAGE),
         "{err}"
     );
     // Still served.

@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Full};
 use resource_proxy::config::{
     BaseCredential, Credential, PeerAddress, PeerSource, Target, TargetRef,
 };
-use resource_proxy::pool::STREAMS_PER_CONNECTION;
+use resource_proxy::target::pool::STREAMS_PER_CONNECTION;
 use resource_proxy::target::{TargetBody, TargetClient};
 
 use crate::*;

@@ -37,7 +37,7 @@ async fn both_replicas_serve_and_the_survivor_takes_over_the_wiring_within_the_l
     let b = start_proxy(&spec("replica-b")).await;
     wait_serving(&a).await;
 
-    let lease = resource_proxy::names::lease_name("replicated");
+    let lease = resource_proxy::config::names::lease_name("replicated");
     let holder = || async {
         tenant
             .kubectl_ok(&[
@@ -53,8 +53,8 @@ async fn both_replicas_serve_and_the_survivor_takes_over_the_wiring_within_the_l
             .unwrap_or_default()
     };
     assert_eq!(holder().await, "replica-a");
-    let apiservice = resource_proxy::names::api_service_name(GROUP, VERSION);
-    let service = resource_proxy::names::service_name(GROUP, VERSION);
+    let apiservice = resource_proxy::config::names::api_service_name(GROUP, VERSION);
+    let service = resource_proxy::config::names::service_name(GROUP, VERSION);
     let port = || async {
         get(
             tenant,

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
-use tunnel_proxy::config::Route;
+use tunnel_config::config::Route;
 use tunnel_proxy::state::State;
 
 use crate::burst::HOST_SUFFIX;

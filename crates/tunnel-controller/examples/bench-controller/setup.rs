@@ -1,4 +1,5 @@
-//! The benchmark's world, assembled as the gateway e2e tests assemble theirs: a real
+//! The benchmark's world, assembled from the gateway e2e tests' fixtures
+//! (`tunnel-gateway-fixtures`): a real
 //! kube-apiserver with the Gateway API CRDs and ours, the Cloudflare contract double with one
 //! account and the class tunnel, the GatewayClass and its GatewayClassConfig, the install's RBAC,
 //! in-process tunnel-proxy instances as the shared plane's pods (published through EndpointSlices
@@ -10,15 +11,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use cloudflare_double::{CloudflareDouble, TokenScope, TunnelInfo};
+use cloudflare_double::{CloudflareDouble, TunnelInfo};
 use test_cluster::{Cluster, ClusterSpec, ControlPlane, ManagedProcess};
-use tokio::net::TcpListener;
-use tunnel_proxy::admin::{self, AdminOptions};
+use tunnel_gateway_fixtures::in_process::{self, Cloudflare};
+pub use tunnel_gateway_fixtures::{CLASS, CONTROLLER};
+use tunnel_gateway_fixtures::{
+    CONFIG_SERVICE, Install, RBAC_YAML, SYSTEM_NS, config_endpoint_slice, controller_args,
+    controller_kubeconfig,
+};
 use tunnel_proxy::state::State;
 
-pub const SYSTEM_NS: &str = "tunnel-gateway-system";
-pub const CLASS: &str = "cloudflare-tunnel";
-pub const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
 const SHARED_TOKEN: &str = "shared-plane-bench-token";
 const API_TOKEN: &str = "cf-api-token-bench";
 
@@ -52,68 +54,35 @@ pub async fn stage(state_dir: &Path, proxies: usize) -> anyhow::Result<Stage> {
         .await
         .context("installing our CRDs")?;
 
-    let double = CloudflareDouble::start().await?;
-    let account = double.add_account("bench")?;
-    let tunnel = double.add_tunnel(&account, "shared")?;
-    double.add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))?;
+    let Cloudflare {
+        double,
+        account,
+        tunnel,
+    } = in_process::start_cloudflare("bench", API_TOKEN).await?;
 
-    apply(
-        &cluster,
-        &format!(
-            r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {SYSTEM_NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
-stringData: {{api-token: {API_TOKEN}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: tunnel-proxy-auth, namespace: {SYSTEM_NS}}}
-stringData: {{auth-token: {SHARED_TOKEN}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: tunnel-proxy-config, namespace: {SYSTEM_NS}}}
-spec:
-  clusterIP: None
-  publishNotReadyAddresses: true
-  ports: [{{name: config-api, port: 8081}}]
----
-apiVersion: cf.k8s.lex.la/v1alpha1
-kind: GatewayClassConfig
-metadata: {{name: {CLASS}}}
-spec:
-  tunnelID: {tunnel}
-  cloudflareCredentialsSecretRef: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {CLASS}}}
-spec:
-  controllerName: {CONTROLLER}
-  parametersRef: {{group: cf.k8s.lex.la, kind: GatewayClassConfig, name: {CLASS}}}
-"#,
-            tunnel = tunnel.tunnel_id
-        ),
-    )
-    .await?;
-    apply(
-        &cluster,
-        include_str!("../../../../deploy/tunnel-gateway/rbac.yaml"),
-    )
-    .await?;
+    let install = Install {
+        tunnel_id: &tunnel.tunnel_id,
+        account_id: None,
+        api_token: API_TOKEN,
+        plane_token: SHARED_TOKEN,
+    };
+    apply(&cluster, &install.yaml()).await?;
+    apply(&cluster, RBAC_YAML).await?;
 
     let mut states = Vec::new();
     let mut proxy_data = None;
     for i in 0..proxies {
-        let (state, data, admin) = start_proxy().await?;
-        publish_proxy(&cluster, i, admin.port()).await?;
-        proxy_data.get_or_insert(data);
-        states.push(state);
+        let proxy = in_process::start_proxy(SHARED_TOKEN).await?;
+        let slice = config_endpoint_slice(
+            SYSTEM_NS,
+            CONFIG_SERVICE,
+            &format!("tunnel-proxy-config-pod-{i}"),
+            proxy.admin.port(),
+            false,
+        );
+        apply(&cluster, &slice).await?;
+        proxy_data.get_or_insert(proxy.data);
+        states.push(proxy.state);
     }
     Ok(Stage {
         cp,
@@ -122,7 +91,7 @@ spec:
         tunnel,
         proxies: states,
         proxy_data: proxy_data.context("at least one proxy")?,
-        backend_port: start_backend().await?,
+        backend_port: in_process::start_backend("backend").await?,
     })
 }
 
@@ -138,28 +107,13 @@ impl Stage {
         bin: &Path,
         admin: SocketAddr,
     ) -> anyhow::Result<ManagedProcess> {
-        let kubeconfig = self.cluster().kubeconfig_for(
-            &format!("system:serviceaccount:{SYSTEM_NS}:tunnel-gateway-controller"),
-            &[
-                "system:serviceaccounts",
-                &format!("system:serviceaccounts:{SYSTEM_NS}"),
-            ],
-        )?;
-        let args: Vec<String> = [
-            "--kubeconfig",
-            &kubeconfig.display().to_string(),
-            "--namespace",
-            SYSTEM_NS,
-            "--identity",
+        let kubeconfig = controller_kubeconfig(self.cluster())?;
+        let args = controller_args(
+            &kubeconfig,
             "bench-controller",
-            "--admin-addr",
-            &admin.to_string(),
-            "--cloudflare-api-url",
+            admin,
             &self.double.base_url(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        );
         Ok(ManagedProcess::spawn(
             "tunnel-gateway-controller",
             bin,
@@ -171,62 +125,6 @@ impl Stage {
     pub fn controller_log(&self) -> std::path::PathBuf {
         self.cp.state_dir().join("tunnel-gateway-controller.log")
     }
-}
-
-/// An in-process proxy: (state, data address, config-API address).
-async fn start_proxy() -> anyhow::Result<(Arc<State>, SocketAddr, SocketAddr)> {
-    let state = Arc::new(State::new());
-    let data = TcpListener::bind("127.0.0.1:0").await?;
-    let admin_l = TcpListener::bind("127.0.0.1:0").await?;
-    let (data_addr, admin_addr) = (data.local_addr()?, admin_l.local_addr()?);
-    let router = admin::router(
-        state.clone(),
-        AdminOptions {
-            auth_token: Some(SHARED_TOKEN.to_owned()),
-            connector_ready_url: None,
-        },
-    )?;
-    tokio::spawn(async move { axum::serve(admin_l, router).await });
-    tokio::spawn(tunnel_proxy::proxy::serve(
-        data,
-        state.clone(),
-        std::future::pending(),
-    ));
-    Ok((state, data_addr, admin_addr))
-}
-
-/// The shared plane's config Service gets an EndpointSlice for the proxy (the API server refuses
-/// loopback IPs in slices; the FQDN `127.1` passes and resolves to 127.0.0.1).
-async fn publish_proxy(cluster: &Cluster, i: usize, port: u16) -> anyhow::Result<()> {
-    apply(
-        cluster,
-        &format!(
-            r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: tunnel-proxy-config-pod-{i}
-  namespace: {SYSTEM_NS}
-  labels: {{kubernetes.io/service-name: tunnel-proxy-config}}
-addressType: FQDN
-ports: [{{name: config-api, port: {port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: false}}
-"#
-        ),
-    )
-    .await
-}
-
-/// A backend answering `backend <path>`.
-async fn start_backend() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").await?;
-    let port = l.local_addr()?.port();
-    let app = axum::Router::new()
-        .fallback(|uri: axum::http::Uri| async move { format!("backend {}", uri.path()) });
-    tokio::spawn(async move { axum::serve(l, app).await });
-    Ok(port)
 }
 
 async fn apply(cluster: &Cluster, yaml: &str) -> anyhow::Result<()> {

@@ -16,10 +16,10 @@ use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, BackendProtocol, BackendTls};
+use tunnel_config::config::{self, BackendProtocol, BackendTls};
 
 use super::report::Report;
-use super::tls_policy::{self, Policies};
+use super::tls_policy::{self, ClientCert, Policies};
 use crate::conditions::Verdict;
 use crate::grants;
 
@@ -43,7 +43,6 @@ pub struct BackendIndex {
     /// By namespace: a grant only ever admits references into its own namespace.
     grants: HashMap<String, Vec<ReferenceGrant>>,
     pub(super) policies: Policies,
-    config_maps: HashMap<Key, Arc<ConfigMap>>,
     secrets: HashMap<Key, Arc<Secret>>,
 }
 
@@ -76,14 +75,9 @@ impl BackendIndex {
             services: services.into_iter().map(|s| (key_of(&*s), s)).collect(),
             slices,
             grants: by_ns,
-            policies: Policies::new(backend_tls_policies),
-            config_maps: config_maps.into_iter().map(|c| (key_of(&*c), c)).collect(),
+            policies: Policies::new(backend_tls_policies, config_maps),
             secrets: secrets.into_iter().map(|s| (key_of(&*s), s)).collect(),
         }
-    }
-
-    pub(super) fn config_map(&self, namespace: &str, name: &str) -> Option<&ConfigMap> {
-        self.config_maps.get(&key(namespace, name)).map(|c| &**c)
     }
 
     fn permits(&self, from: grants::From<'_>, to: grants::To<'_>) -> bool {
@@ -171,6 +165,7 @@ impl BackendIndex {
             protocol: BackendProtocol::Http1,
             tls: None,
             failure_status: None,
+            filters: Vec::new(),
         };
         match self.target(from, namespace, r, report) {
             Ok(t) => {
@@ -353,7 +348,7 @@ impl BackendIndex {
                 ),
             )
         };
-        let settings = tls_policy::settings(policy, self).map_err(unusable)?;
+        let settings = tls_policy::settings(policy, &self.policies).map_err(unusable)?;
         let tls = BackendTls {
             ca_bundle_pem: settings.ca_bundle_pem,
             server_name: settings.server_name,
@@ -420,22 +415,6 @@ fn wire(app_protocol: Option<&str>, grpc: bool) -> Option<(BackendProtocol, bool
         }
         (Some("https"), true) => Some((Http2, true)),
         _ => None,
-    }
-}
-
-/// The Gateway's backend client certificate, sent to backends a BackendTLSPolicy targets.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ClientCert {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl std::fmt::Debug for ClientCert {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCert")
-            .field("cert_pem", &self.cert_pem)
-            .field("key_pem", &"<redacted>")
-            .finish()
     }
 }
 

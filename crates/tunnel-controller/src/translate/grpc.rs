@@ -8,14 +8,15 @@ use gateway_api::apis::standard::grpcroutes::{
     GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType,
 };
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, Filter, GrpcRule};
+use tunnel_config::config::{self, Filter, GrpcRule};
 
-use super::backends::{BackendIndex, ClientCert, Referrer};
+use super::backends::{BackendIndex, Referrer};
 use super::parts::{
-    header_modifier, referrer, refuse_extension_ref, request_mirror, route_rules, rule_parts_of,
-    value_match,
+    first_of_each_name, header_modifier, referrer, refuse_extension_ref, request_mirror,
+    route_rules, rule_parts_of, value_match,
 };
 use super::report::{Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// One GRPCRoute's rules for the document, and the verdicts about its contents.
 pub fn grpc_route(
@@ -69,12 +70,13 @@ fn grpc_match(m: &GrpcRouteRulesMatches) -> config::GrpcMatch {
             service: mm.service.clone(),
             method: mm.method.clone(),
         }),
-        headers: m
-            .headers
-            .iter()
-            .flatten()
-            .map(|h| value_match!(h, HeaderType))
-            .collect(),
+        headers: first_of_each_name(
+            m.headers
+                .iter()
+                .flatten()
+                .map(|h| value_match!(h, HeaderType)),
+            true,
+        ),
     }
 }
 

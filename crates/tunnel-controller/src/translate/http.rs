@@ -13,14 +13,15 @@ use gateway_api::apis::standard::httproutes::{
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
 };
 use kube::ResourceExt;
-use tunnel_proxy::config::{self, Filter, HttpRule, PathModifier};
+use tunnel_config::config::{self, Filter, HttpRule, PathModifier};
 
-use super::backends::{BackendIndex, ClientCert, Referrer};
+use super::backends::{BackendIndex, Referrer};
 use super::parts::{
-    header_modifier, referrer, refuse_extension_ref, request_mirror, route_rules, rule_parts_of,
-    value_match,
+    first_of_each_name, header_modifier, referrer, refuse_extension_ref, request_mirror,
+    route_rules, rule_parts_of, value_match,
 };
 use super::report::{Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// One HTTPRoute's rules for the document, and the verdicts about its contents.
 pub fn http_route(
@@ -81,18 +82,20 @@ fn http_match(m: &HttpRouteRulesMatches) -> config::HttpMatch {
             },
             value: p.value.clone().unwrap_or_else(|| "/".to_owned()),
         }),
-        headers: m
-            .headers
-            .iter()
-            .flatten()
-            .map(|h| value_match!(h, HeaderType))
-            .collect(),
-        query_params: m
-            .query_params
-            .iter()
-            .flatten()
-            .map(|q| value_match!(q, QueryType))
-            .collect(),
+        headers: first_of_each_name(
+            m.headers
+                .iter()
+                .flatten()
+                .map(|h| value_match!(h, HeaderType)),
+            true,
+        ),
+        query_params: first_of_each_name(
+            m.query_params
+                .iter()
+                .flatten()
+                .map(|q| value_match!(q, QueryType)),
+            false,
+        ),
         method: m.method.as_ref().map(|m| {
             match m {
                 Method::Get => "GET",
@@ -143,6 +146,8 @@ fn filter(
                 hostname: r.hostname.clone(),
                 // Out of range becomes 0, which the proxy's check refuses with its own message.
                 port: r.port.map(|p| u16::try_from(p).unwrap_or(0)),
+                // Set by the caller, which knows the listeners the route attached to.
+                listener_port: None,
                 path: r.path.as_ref().map(|p| match p.r#type {
                     RedirectPathType::ReplaceFullPath => PathModifier::ReplaceFullPath(
                         p.replace_full_path.clone().unwrap_or_default(),

@@ -5,10 +5,11 @@
 //! distinct types with the same field names, hence macros for the conversions that only read
 //! fields, and closures for what differs.
 
-use tunnel_proxy::config::{self, Filter};
+use tunnel_config::config::{self, Filter};
 
-use super::backends::{BackendIndex, ClientCert, Ref, Referrer, Role};
+use super::backends::{BackendIndex, Ref, Referrer, Role};
 use super::report::{DocumentRule, Report, Translated};
+use super::tls_policy::ClientCert;
 
 /// A route's rules, each translated by `rule` (its spec index, the rule, the route as referrer,
 /// the report) and kept when the proxy accepts it.
@@ -57,11 +58,10 @@ macro_rules! rule_parts_of {
             $rule.filters.iter().flatten(),
             $filter,
             $rule.backend_refs.iter().flatten().map(|b| {
-                let has_filters = b.filters.as_ref().is_some_and(|f| !f.is_empty());
                 (
                     $crate::translate::backends::backend_ref!(b),
                     b.weight,
-                    has_filters,
+                    $crate::translate::parts::as_rule_filters(b.filters.iter().flatten()),
                 )
             }),
             $idx,
@@ -72,15 +72,28 @@ macro_rules! rule_parts_of {
 }
 pub(super) use rule_parts_of;
 
+/// A backendRef's filters as the rule filter type of the same route kind. The generated types
+/// differ only in name: both are the Gateway API's `HTTPRouteFilter` (or `GRPCRouteFilter`), so
+/// they convert through their JSON form.
+pub(super) fn as_rule_filters<'f, B: serde::Serialize + 'f, F: serde::de::DeserializeOwned>(
+    filters: impl Iterator<Item = &'f B>,
+) -> Result<Vec<F>, String> {
+    filters
+        .map(|f| serde_json::to_value(f).and_then(serde_json::from_value))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("filters: {e}"))
+}
+
 /// Rule `i`'s filters (each translated by `filter`: `Ok(None)` leaves it out, `Err` is
-/// unsupported) and its backends (reference, weight, whether it has filters of its own).
-/// `None` when a filter is unsupported: the rule then fails closed (reported), keeping only its
-/// matches so precedence stays right.
+/// unsupported) and its backends (reference, weight, its own filters as rule filters).
+/// `None` when a rule filter is unsupported: the rule then fails closed (reported), keeping only
+/// its matches so precedence stays right. A backend with an unsupported filter fails closed for
+/// its share of the traffic (500).
 pub(super) fn rule_parts<'f, F: 'f>(
     i: usize,
     filters: impl Iterator<Item = &'f F>,
     mut filter: impl FnMut(&str, &F, &mut Report) -> Result<Option<Filter>, String>,
-    backends: impl Iterator<Item = (Ref<'f>, Option<i32>, bool)>,
+    backends: impl Iterator<Item = (Ref<'f>, Option<i32>, Result<Vec<F>, String>)>,
     idx: &BackendIndex,
     from: &Referrer<'_>,
     report: &mut Report,
@@ -97,11 +110,25 @@ pub(super) fn rule_parts<'f, F: 'f>(
             Err(why) => unsupported.push(format!("filters[{fi}]: {why}")),
         }
     }
-    for (bi, (r, w, has_filters)) in backends.enumerate() {
+    for (bi, (r, w, own)) in backends.enumerate() {
         let at = format!("Rule {i} backendRefs[{bi}]");
         let mut resolved = idx.resolve(from, &at, &r, weight(w), Role::Backend, report);
-        if !resolved.invalid && has_filters {
-            refuse_backend_filters(&mut resolved.backend, &at, report);
+        let mut refused = Vec::new();
+        for (fi, f) in own.iter().flatten().enumerate() {
+            match filter(&format!("{at} filters[{fi}]"), f, report) {
+                Ok(Some(Filter::RequestRedirect(_))) => refused.push(format!(
+                    "filters[{fi}]: RequestRedirect is not valid on a backendRef, put it on the rule"
+                )),
+                Ok(Some(f)) => resolved.backend.filters.push(f),
+                Ok(None) => {}
+                Err(why) => refused.push(format!("filters[{fi}]: {why}")),
+            }
+        }
+        if let Err(why) = own {
+            refused.push(why);
+        }
+        if !resolved.invalid && !refused.is_empty() {
+            refuse_backend_filters(&mut resolved.backend, &at, &refused.join("; "), report);
         }
         parts.backends.push(resolved.backend);
     }
@@ -116,11 +143,11 @@ pub(super) fn rule_parts<'f, F: 'f>(
 /// A header match (`name`, `value`, optional `type` of enum `$ty`) as a document value match.
 macro_rules! value_match {
     ($h:expr, $ty:ident) => {
-        tunnel_proxy::config::ValueMatch {
+        tunnel_config::config::ValueMatch {
             kind: match $h.r#type {
-                None | Some($ty::Exact) => tunnel_proxy::config::ValueMatchType::Exact,
+                None | Some($ty::Exact) => tunnel_config::config::ValueMatchType::Exact,
                 Some($ty::RegularExpression) => {
-                    tunnel_proxy::config::ValueMatchType::RegularExpression
+                    tunnel_config::config::ValueMatchType::RegularExpression
                 }
             },
             name: $h.name.clone(),
@@ -133,12 +160,12 @@ pub(super) use value_match;
 /// A RequestHeaderModifier or ResponseHeaderModifier configuration as a document modifier.
 macro_rules! header_modifier {
     ($m:expr) => {
-        tunnel_proxy::config::HeaderModifier {
+        tunnel_config::config::HeaderModifier {
             set: $m
                 .set
                 .iter()
                 .flatten()
-                .map(|h| tunnel_proxy::config::Header {
+                .map(|h| tunnel_config::config::Header {
                     name: h.name.clone(),
                     value: h.value.clone(),
                 })
@@ -147,7 +174,7 @@ macro_rules! header_modifier {
                 .add
                 .iter()
                 .flatten()
-                .map(|h| tunnel_proxy::config::Header {
+                .map(|h| tunnel_config::config::Header {
                     name: h.name.clone(),
                     value: h.value.clone(),
                 })
@@ -212,18 +239,46 @@ pub(super) fn weight(w: Option<i32>) -> u32 {
     w.map_or(1, |w| u32::try_from(w).unwrap_or(0))
 }
 
-/// Filters on a backendRef are not supported: the backend's share answers 500.
-pub(super) fn refuse_backend_filters(backend: &mut config::Backend, at: &str, report: &mut Report) {
+/// A backendRef with a filter this implementation does not support there: the backend's share
+/// answers 500.
+fn refuse_backend_filters(backend: &mut config::Backend, at: &str, why: &str, report: &mut Report) {
     report.ref_problem(
         "UnsupportedValue",
         format!(
-            "{at} {}: filters on a backendRef are not supported, put them on the rule; its share of the traffic is answered 500",
+            "{at} {}: {why}; its share of the traffic is answered 500",
             backend.name
         ),
     );
     backend.endpoints.clear();
     backend.tls = None;
+    backend.filters.clear();
     backend.failure_status = Some(500);
+}
+
+/// Header or query parameter matches with only the first entry of each name: "If multiple
+/// entries specify equivalent ... names, only the first entry with an equivalent name MUST be
+/// considered for a match. Subsequent entries with an equivalent ... name MUST be ignored."
+/// Header names are equivalent ignoring ASCII case, query parameter names when equal. The
+/// proxy's compiler applies the same rule to any document; dropping them here keeps the
+/// pushed document as the proxy reads it.
+pub(super) fn first_of_each_name(
+    matches: impl Iterator<Item = config::ValueMatch>,
+    case_insensitive: bool,
+) -> Vec<config::ValueMatch> {
+    let mut out: Vec<config::ValueMatch> = Vec::new();
+    for m in matches {
+        let same = |o: &config::ValueMatch| {
+            if case_insensitive {
+                o.name.eq_ignore_ascii_case(&m.name)
+            } else {
+                o.name == m.name
+            }
+        };
+        if !out.iter().any(same) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// An ExtensionRef filter (`group`, `kind`, `name`): no extension is supported, so the rule

@@ -2,14 +2,14 @@
 //! route's verdicts about its contents (`ResolvedRefs`, `Accepted`, `PartiallyInvalid`).
 //!
 //! The proxy refuses a whole document when one part of it is invalid, so every translated rule
-//! is checked by the proxy's own compiler ([`tunnel_proxy::compile::validate`]) alone in a
+//! is checked by the proxy's own compiler ([`tunnel_config::compile::validate`]) alone in a
 //! one-route document before it is kept; a rule that fails is dropped and the proxy's error,
 //! which names the field, goes into the route's status.
 
 use std::collections::BTreeSet;
 
-use tunnel_proxy::compile;
-use tunnel_proxy::config::{self, Config, GrpcRule, HttpRule, Route};
+use tunnel_config::compile;
+use tunnel_config::config::{self, Config, GrpcRule, HttpRule, Route};
 
 use crate::conditions::Verdict;
 

@@ -12,8 +12,8 @@ use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
-use tunnel_proxy::compile;
-use tunnel_proxy::config::{
+use tunnel_config::compile;
+use tunnel_config::config::{
     Backend, BackendProtocol, Config, Filter, GrpcRoute as DocGrpcRoute, GrpcRule,
     HttpRoute as DocHttpRoute, HttpRule, PathModifier, Route,
 };

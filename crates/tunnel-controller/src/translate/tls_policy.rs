@@ -7,7 +7,7 @@
 //! (`wellKnownCACertificates`, URI subject alt names, a CA reference that does not resolve to a
 //! usable certificate) makes the backends it targets fail closed: never plaintext.
 //!
-//! Certificates are checked by the proxy's own compiler ([`tunnel_proxy::compile::validate`]),
+//! Certificates are checked by the proxy's own compiler ([`tunnel_config::compile::validate`]),
 //! so what the controller accepts is exactly what the proxy accepts.
 
 use std::collections::HashMap;
@@ -16,13 +16,13 @@ use std::sync::Arc;
 use gateway_api::apis::standard::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType as SanType,
 };
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use tunnel_proxy::compile;
-use tunnel_proxy::config::{
+use tunnel_config::compile;
+use tunnel_config::config::{
     Backend, BackendProtocol, BackendTls, Config, HttpRoute, HttpRule, Route, Timeouts,
 };
 
-use super::backends::{BackendIndex, ClientCert};
 use crate::conditions::Verdict;
 
 type Key = (String, String);
@@ -30,13 +30,17 @@ type Key = (String, String);
 /// The policies targeting one Service, with the `sectionName` they target, in precedence order.
 type Targeting = Vec<(Option<String>, Arc<BackendTlsPolicy>)>;
 
-/// The policies by the Service they target.
+/// The policies by the Service they target, and the ConfigMaps their CA references name.
 pub(super) struct Policies {
     by_service: HashMap<Key, Targeting>,
+    config_maps: HashMap<Key, Arc<ConfigMap>>,
 }
 
 impl Policies {
-    pub fn new(policies: impl IntoIterator<Item = Arc<BackendTlsPolicy>>) -> Self {
+    pub fn new(
+        policies: impl IntoIterator<Item = Arc<BackendTlsPolicy>>,
+        config_maps: impl IntoIterator<Item = Arc<ConfigMap>>,
+    ) -> Self {
         let mut all: Vec<Arc<BackendTlsPolicy>> = policies.into_iter().collect();
         all.sort_by_cached_key(|p| {
             let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -52,7 +56,19 @@ impl Policies {
                     .push((section(t), p.clone()));
             }
         }
-        Self { by_service }
+        Self {
+            by_service,
+            config_maps: config_maps
+                .into_iter()
+                .map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c))
+                .collect(),
+        }
+    }
+
+    fn config_map(&self, namespace: &str, name: &str) -> Option<&ConfigMap> {
+        self.config_maps
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|c| &**c)
     }
 
     /// The policy for a port of a Service: one naming the port, else one for the whole Service.
@@ -108,6 +124,22 @@ fn full_name(p: &BackendTlsPolicy) -> String {
     format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
 }
 
+/// The Gateway's backend client certificate, sent to backends a BackendTLSPolicy targets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCert")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
 /// What a usable policy contributes to a backend's TLS settings.
 pub(super) struct Settings {
     pub ca_bundle_pem: String,
@@ -116,12 +148,12 @@ pub(super) struct Settings {
 }
 
 /// The TLS settings of a policy, or why the proxy cannot honour it.
-pub(super) fn settings(policy: &BackendTlsPolicy, idx: &BackendIndex) -> Result<Settings, String> {
+pub(super) fn settings(policy: &BackendTlsPolicy, policies: &Policies) -> Result<Settings, String> {
     let v = &policy.spec.validation;
     if let Some(why) = unsupported(policy) {
         return Err(why);
     }
-    let refs = ca_refs(policy, idx);
+    let refs = ca_refs(policy, policies);
     if refs.is_empty() {
         return Err("validation.caCertificateRefs is empty".to_owned());
     }
@@ -180,7 +212,7 @@ fn unsupported(policy: &BackendTlsPolicy) -> Option<String> {
 /// what is wrong.
 fn ca_refs(
     policy: &BackendTlsPolicy,
-    idx: &BackendIndex,
+    policies: &Policies,
 ) -> Vec<Result<String, (&'static str, String)>> {
     let ns = policy.namespace().unwrap_or_default();
     policy
@@ -206,7 +238,7 @@ fn ca_refs(
                     format!("caCertificateRef ConfigMap {ns}/{}: {why}", r.name),
                 ))
             };
-            let Some(cm) = idx.config_map(&ns, &r.name) else {
+            let Some(cm) = policies.config_map(&ns, &r.name) else {
                 return invalid("not found");
             };
             let Some(pem) = cm.data.as_ref().and_then(|d| d.get("ca.crt")) else {
@@ -247,6 +279,7 @@ pub(super) fn check(tls: &BackendTls, protocol: BackendProtocol) -> Result<(), S
                     protocol,
                     tls: Some(tls.clone()),
                     failure_status: None,
+                    filters: Vec::new(),
                 }],
                 timeouts: Timeouts::default(),
                 failure_status: None,
@@ -278,8 +311,8 @@ pub(super) fn check_client_cert(cert: &ClientCert) -> Result<(), String> {
 /// `Conflicted` (another policy takes precedence on a target); `ResolvedRefs` is `False` with
 /// `InvalidKind` or `InvalidCACertificateRef` when a CA reference does not resolve. The caller
 /// writes them under each ancestor Gateway.
-pub fn backend_tls_policy_verdicts(policy: &BackendTlsPolicy, idx: &BackendIndex) -> Vec<Verdict> {
-    let refs = ca_refs(policy, idx);
+pub(super) fn verdicts(policy: &BackendTlsPolicy, policies: &Policies) -> Vec<Verdict> {
+    let refs = ca_refs(policy, policies);
     let problems: Vec<&(&str, String)> = refs.iter().filter_map(|r| r.as_ref().err()).collect();
     let resolved_refs = if problems.is_empty() {
         Verdict::ok("ResolvedRefs", "All CA certificate references resolved")
@@ -314,7 +347,7 @@ pub fn backend_tls_policy_verdicts(policy: &BackendTlsPolicy, idx: &BackendIndex
             "NoValidCACertificate",
             "No CA certificate reference is usable; backends this policy targets answer 500",
         )
-    } else if let Some(winner) = idx.policies.overriding(policy) {
+    } else if let Some(winner) = policies.overriding(policy) {
         Verdict::fail(
             "Accepted",
             "Conflicted",

@@ -220,7 +220,7 @@ spec:
         let doc = w.proxies[0].state.document();
         let found = doc.as_ref().is_some_and(|d| {
             d.routes.iter().any(|r| {
-                matches!(r, tunnel_proxy::config::Route::Grpc(g) if g.name == name && g.hostnames == [host.clone()])
+                matches!(r, tunnel_config::config::Route::Grpc(g) if g.name == name && g.hostnames == [host.clone()])
             })
         });
         if found { Ok(()) } else { Err("not yet".into()) }

@@ -12,6 +12,7 @@ use base64::Engine;
 use cloudflare_double::TunnelInfo;
 use serde_json::{Value, json};
 use test_cluster::unique_name;
+use tokio::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use crate::routing::wait_hostname;
 use crate::world::*;
@@ -21,6 +22,60 @@ const WAIT: Duration = Duration::from_secs(60);
 fn tunnel(name: &str) -> TunnelInfo {
     let w = world();
     w.double.add_tunnel(&w.account, name).unwrap()
+}
+
+/// The world, held beside the other read-holding tests, and a backend named `backend`.
+async fn shared_world(backend: &str) -> (&'static World, RwLockReadGuard<'static, ()>, u16) {
+    let w = world();
+    let guard = w.lock.read().await;
+    (w, guard, spawn_backend(backend).await)
+}
+
+/// The world, held alone (the test changes the class), reset when the test ends, and a backend.
+async fn exclusive_world(
+    backend: &str,
+) -> (
+    &'static World,
+    RwLockWriteGuard<'static, ()>,
+    ClassReset,
+    u16,
+) {
+    let w = world();
+    let guard = w.lock.write().await;
+    let reset = ClassReset;
+    (w, guard, reset, spawn_backend(backend).await)
+}
+
+/// A fresh namespace named after `prefix`, a tunnel of its own, and the Gateway `gw` opting in
+/// with that tunnel's token ([`dedicated_gateway`]).
+async fn own_tunnel_gateway(prefix: &str, gw: &str, backend_port: u16) -> (String, TunnelInfo) {
+    let ns = unique_name(prefix);
+    let t = tunnel(&ns);
+    dedicated_gateway(&ns, gw, &t.token, backend_port).await;
+    (ns, t)
+}
+
+async fn create_namespace(ns: &str) {
+    apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+    ))
+    .await;
+}
+
+/// Applies an HTTPRoute `name` to Gateway `gw` for `host` ([`route_to`]).
+async fn add_route(ns: &str, name: &str, gw: &str, host: &str) {
+    apply(&route_to(ns, name, gw, host)).await;
+}
+
+/// Waits for an Event in `ns` whose JSON contains `needle` (a reason, possibly quoted).
+async fn wait_event(ns: &str, what: &str, needle: &str) {
+    eventually(what, WAIT, || async {
+        let ev = kubectl(&["get", "events", "-n", ns, "-o", "json"]).await;
+        ev.contains(needle)
+            .then_some(())
+            .ok_or_else(|| "none".to_owned())
+    })
+    .await;
 }
 
 /// Namespace, backend Service, token Secret, GatewayConfig `cfg` and the Gateway `gw` opting in.
@@ -219,14 +274,10 @@ fn tunnel_hostnames(t: &TunnelInfo) -> Vec<String> {
 
 #[tokio::test]
 async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
-    let w = world();
-    let _shared = w.lock.read().await;
-    let ns = unique_name("ded");
-    let t = tunnel(&ns);
-    let port = spawn_backend("ded").await;
-    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let (w, _shared, port) = shared_world("ded").await;
+    let (ns, t) = own_tunnel_gateway("ded", "gw", port).await;
     let host = format!("{ns}.example.com");
-    apply(&route_to(&ns, "web", "gw", &host)).await;
+    add_route(&ns, "web", "gw", &host).await;
 
     // Rendered, owned by the Gateway, and not Programmed before a replica is ready.
     let msg = wait_gateway(&ns, "gw", "Programmed", "False", "Pending").await;
@@ -296,8 +347,8 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     let doc = plane.state.document().unwrap();
     assert!(
         doc.routes.iter().all(|r| match r {
-            tunnel_proxy::config::Route::Http(h) => h.name.starts_with(&format!("{ns}/")),
-            tunnel_proxy::config::Route::Grpc(g) => g.name.starts_with(&format!("{ns}/")),
+            tunnel_config::config::Route::Http(h) => h.name.starts_with(&format!("{ns}/")),
+            tunnel_config::config::Route::Grpc(g) => g.name.starts_with(&format!("{ns}/")),
         }),
         "only this Gateway's routes reach its plane: {doc:?}"
     );
@@ -354,15 +405,10 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
 
 #[tokio::test]
 async fn deleting_the_gateway_removes_its_plane_and_foreign_objects_are_never_touched() {
-    let w = world();
-    let _shared = w.lock.read().await;
+    let (_, _shared, port) = shared_world("foreignobj").await;
     let ns = unique_name("foreignobj");
     let t = tunnel(&ns);
-    let port = spawn_backend("foreignobj").await;
-    apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
-    ))
-    .await;
+    create_namespace(&ns).await;
     // Someone else's Deployment at the name the plane of Gateway `taken` would get.
     apply(&format!(
         r#"
@@ -390,13 +436,7 @@ spec:
         theirs["metadata"]["ownerReferences"].is_null(),
         "never adopted"
     );
-    eventually("a RenderFailed Event", WAIT, || async {
-        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
-        ev.contains("RenderFailed")
-            .then_some(())
-            .ok_or_else(|| "none".to_owned())
-    })
-    .await;
+    wait_event(&ns, "a RenderFailed Event", "RenderFailed").await;
 
     // Deleting that Gateway leaves their Deployment alone; deleting a served Gateway removes its
     // plane (garbage collection through the ownerReference).
@@ -426,24 +466,16 @@ fn forged_token(account: &str, tunnel: &str) -> String {
 
 #[tokio::test]
 async fn tunnel_claims_are_verified_and_arbitrated() {
-    let w = world();
-    let _shared = w.lock.read().await;
-    let port = spawn_backend("claims").await;
+    let (w, _shared, port) = shared_world("claims").await;
 
     // The class tunnel belongs to the operator.
     let ns = unique_name("claim-class");
     dedicated_gateway(&ns, "gw", &w.tunnel.token, port).await;
     let msg = wait_gateway(&ns, "gw", "Accepted", "False", "InvalidParameters").await;
     assert!(msg.contains("GatewayClass tunnel"), "{msg}");
-    eventually("TunnelClaimRejected", WAIT, || async {
-        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "json"]).await;
-        ev.contains("TunnelClaimRejected")
-            .then_some(())
-            .ok_or_else(|| "none".to_owned())
-    })
-    .await;
+    wait_event(&ns, "TunnelClaimRejected", "TunnelClaimRejected").await;
     assert!(!exists("deployment", &ns, "cf-proxy-gw").await, "no plane");
-    apply(&route_to(&ns, "web", "gw", &format!("{ns}.example.com"))).await;
+    add_route(&ns, "web", "gw", &format!("{ns}.example.com")).await;
     let why = wait_route_condition(
         "httproute",
         &ns,
@@ -472,10 +504,7 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     // take the tunnel from the Gateway already serving it.
     let t = tunnel(&unique_name("contested"));
     let old_ns = unique_name("claim-old");
-    apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {old_ns}}}\n"
-    ))
-    .await;
+    create_namespace(&old_ns).await;
     apply(&gateway_yaml(&old_ns, "gw", true)).await; // no GatewayConfig yet
     wait_gateway(&old_ns, "gw", "Accepted", "False", "InvalidParameters").await;
     next_second().await;
@@ -497,9 +526,7 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     );
 
     // Same namespace: two Gateways may share a tunnel, and their routes say so.
-    let ns = unique_name("claim-same");
-    let t = tunnel(&ns);
-    dedicated_gateway(&ns, "one", &t.token, port).await;
+    let (ns, _) = own_tunnel_gateway("claim-same", "one", port).await;
     apply(&format!(
         r#"
 apiVersion: cf.k8s.lex.la/v1alpha1
@@ -511,7 +538,7 @@ spec:
     ))
     .await;
     apply(&gateway_yaml(&ns, "two", true)).await;
-    apply(&route_to(&ns, "web", "two", &format!("{ns}.example.com"))).await;
+    add_route(&ns, "web", "two", &format!("{ns}.example.com")).await;
     let note = wait_route_condition(
         "httproute",
         &ns,
@@ -583,18 +610,12 @@ async fn unset_cap() {
 
 #[tokio::test]
 async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() {
-    let w = world();
-    let _exclusive = w.lock.write().await;
-    let _reset = ClassReset;
-    let port = spawn_backend("cap").await;
+    let (w, _exclusive, _reset, port) = exclusive_world("cap").await;
     set_class(r#"{"spec":{"maxDataPlanesPerNamespace":1}}"#).await;
     let ns = unique_name("cap");
     let tokens: Vec<TunnelInfo> = (0..3).map(|i| tunnel(&format!("{ns}-{i}"))).collect();
     // `elder` exists first, on the shared plane: it does not count.
-    apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
-    ))
-    .await;
+    create_namespace(&ns).await;
     apply(&gateway_yaml(&ns, "elder", false)).await;
     wait_gateway(&ns, "elder", "Accepted", "True", "Accepted").await;
     next_second().await;
@@ -606,13 +627,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     assert!(msg.contains("first"), "names the holder: {msg}");
     wait_gateway(&ns, "second", "Programmed", "False", "NoResources").await;
     assert!(!exists("deployment", &ns, "cf-proxy-second").await);
-    apply(&route_to(
-        &ns,
-        "web",
-        "second",
-        &format!("{ns}.example.com"),
-    ))
-    .await;
+    add_route(&ns, "web", "second", &format!("{ns}.example.com")).await;
     wait_route_condition(
         "httproute",
         &ns,
@@ -667,10 +682,7 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
 
 #[tokio::test]
 async fn allow_shared_tunnels_merges_claims_across_namespaces() {
-    let w = world();
-    let _exclusive = w.lock.write().await;
-    let _reset = ClassReset;
-    let port = spawn_backend("sharedt").await;
+    let (_, _exclusive, _reset, port) = exclusive_world("sharedt").await;
     let (ns_a, ns_b) = (unique_name("share-a"), unique_name("share-b"));
     let t = tunnel(&ns_a);
     dedicated_gateway(&ns_a, "gw", &t.token, port).await;
@@ -681,13 +693,7 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
 
     set_class(r#"{"spec":{"allowSharedTunnels":true}}"#).await;
     wait_gateway(&ns_b, "gw", "Accepted", "True", "Accepted").await;
-    apply(&route_to(
-        &ns_b,
-        "web",
-        "gw",
-        &format!("{ns_b}.example.com"),
-    ))
-    .await;
+    add_route(&ns_b, "web", "gw", &format!("{ns_b}.example.com")).await;
     let note = wait_route_condition(
         "httproute",
         &ns_b,
@@ -698,13 +704,7 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
     )
     .await;
     assert!(note.contains(&format!("{ns_a}/gw")), "{note}");
-    eventually("a TunnelShared Event", WAIT, || async {
-        let ev = kubectl(&["get", "events", "-n", &ns_b, "-o", "json"]).await;
-        ev.contains("\"TunnelShared\"")
-            .then_some(())
-            .ok_or_else(|| "none".to_owned())
-    })
-    .await;
+    wait_event(&ns_b, "a TunnelShared Event", "\"TunnelShared\"").await;
 
     set_class(r#"{"spec":{"allowSharedTunnels":false}}"#).await;
     wait_gateway(&ns_b, "gw", "Accepted", "False", "InvalidParameters").await;
@@ -713,12 +713,8 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
 
 #[tokio::test]
 async fn an_established_holder_keeps_its_tunnel_through_a_token_rotation() {
-    let w = world();
-    let _shared = w.lock.read().await;
-    let port = spawn_backend("holdrot").await;
-    let ns = unique_name("holdrot");
-    let t = tunnel(&ns);
-    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let (w, _shared, port) = shared_world("holdrot").await;
+    let (ns, t) = own_tunnel_gateway("holdrot", "gw", port).await;
     wait_gateway(&ns, "gw", "Programmed", "False", "Pending").await;
     let hash = |d: &Value| {
         d["spec"]["template"]["metadata"]["annotations"]["cf.k8s.lex.la/tunnel-token-hash"].clone()
@@ -751,14 +747,10 @@ async fn an_established_holder_keeps_its_tunnel_through_a_token_rotation() {
 #[tokio::test]
 async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_new_changes_closed()
 {
-    let w = world();
-    let _shared = w.lock.read().await;
-    let ns = unique_name("broken");
-    let t = tunnel(&ns);
-    let port = spawn_backend("broken").await;
-    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let (_, _shared, port) = shared_world("broken").await;
+    let (ns, t) = own_tunnel_gateway("broken", "gw", port).await;
     let host = format!("{ns}.example.com");
-    apply(&route_to(&ns, "web", "gw", &host)).await;
+    add_route(&ns, "web", "gw", &host).await;
     let plane = run_plane(&ns, "gw").await;
     let data = plane.data;
     wait_ok(data, &host, "/").await;
@@ -779,7 +771,7 @@ async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_
     .await;
     // A new route is not delivered; the plane keeps serving the last config.
     let new_host = format!("new-{ns}.example.com");
-    apply(&route_to(&ns, "later", "gw", &new_host)).await;
+    add_route(&ns, "later", "gw", &new_host).await;
     wait_route_condition(
         "httproute",
         &ns,
@@ -813,27 +805,11 @@ async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_
 
 #[tokio::test]
 async fn a_tunnel_sync_failure_marks_only_that_gateways_routes_pending() {
-    let w = world();
-    let _shared = w.lock.read().await;
-    let port = spawn_backend("contain").await;
-    let (ns_a, ns_b) = (unique_name("contain-a"), unique_name("contain-b"));
-    let (ta, tb) = (tunnel(&ns_a), tunnel(&ns_b));
-    dedicated_gateway(&ns_a, "gw", &ta.token, port).await;
-    dedicated_gateway(&ns_b, "gw", &tb.token, port).await;
-    apply(&route_to(
-        &ns_a,
-        "web",
-        "gw",
-        &format!("{ns_a}.example.com"),
-    ))
-    .await;
-    apply(&route_to(
-        &ns_b,
-        "web",
-        "gw",
-        &format!("{ns_b}.example.com"),
-    ))
-    .await;
+    let (w, _shared, port) = shared_world("contain").await;
+    let (ns_a, ta) = own_tunnel_gateway("contain-a", "gw", port).await;
+    let (ns_b, tb) = own_tunnel_gateway("contain-b", "gw", port).await;
+    add_route(&ns_a, "web", "gw", &format!("{ns_a}.example.com")).await;
+    add_route(&ns_b, "web", "gw", &format!("{ns_b}.example.com")).await;
     wait_route_condition("httproute", &ns_a, "web", "Accepted", "True", "Accepted").await;
     wait_route_condition("httproute", &ns_b, "web", "Accepted", "True", "Accepted").await;
 
@@ -847,20 +823,8 @@ async fn a_tunnel_sync_failure_marks_only_that_gateways_routes_pending() {
         )
         .times(100_000),
     );
-    apply(&route_to(
-        &ns_a,
-        "more",
-        "gw",
-        &format!("more-{ns_a}.example.com"),
-    ))
-    .await;
-    apply(&route_to(
-        &ns_b,
-        "more",
-        "gw",
-        &format!("more-{ns_b}.example.com"),
-    ))
-    .await;
+    add_route(&ns_a, "more", "gw", &format!("more-{ns_a}.example.com")).await;
+    add_route(&ns_b, "more", "gw", &format!("more-{ns_b}.example.com")).await;
     wait_route_condition("httproute", &ns_a, "web", "Accepted", "False", "Pending").await;
     wait_route_condition("httproute", &ns_b, "more", "Accepted", "True", "Accepted").await;
     assert_eq!(
@@ -884,11 +848,9 @@ async fn a_tunnel_sync_failure_marks_only_that_gateways_routes_pending() {
 
 #[tokio::test]
 async fn rotating_a_bring_your_own_token_rolls_the_pods_and_reauthenticates_the_pushes() {
-    let w = world();
-    let _shared = w.lock.read().await;
+    let (_, _shared, port) = shared_world("rotate").await;
     let ns = unique_name("rotate");
     let t = tunnel(&ns);
-    let port = spawn_backend("rotate").await;
     apply(&format!(
         r#"
 apiVersion: v1
@@ -918,7 +880,7 @@ spec:
     apply(&service_yaml(&ns, "echo", port)).await;
     apply(&gateway_yaml(&ns, "gw", true)).await;
     let host = format!("{ns}.example.com");
-    apply(&route_to(&ns, "web", "gw", &host)).await;
+    add_route(&ns, "web", "gw", &host).await;
 
     let hash = |d: &Value| {
         d["spec"]["template"]["metadata"]["annotations"]["cf.k8s.lex.la/auth-token-hash"].clone()

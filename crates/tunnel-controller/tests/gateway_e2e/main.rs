@@ -17,3 +17,4 @@ mod cloudflare;
 mod dedicated;
 mod pushes;
 mod routing;
+mod spec_rules;

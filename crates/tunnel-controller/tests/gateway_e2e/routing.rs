@@ -136,7 +136,17 @@ async fn a_gateway_and_route_become_accepted_and_programmed_and_traffic_flows() 
         assert!(metrics.contains(series), "{series} missing from\n{metrics}");
     }
 
-    // Rounds keep running for other tests' objects; an unchanged status is not written again.
+    // Rounds keep running for other tests' objects; an unchanged status is not written again
+    // (once the route is published: that condition is the last to settle).
+    wait_route_condition(
+        "httproute",
+        &ns,
+        "web",
+        "cf.k8s.lex.la/Published",
+        "True",
+        "Published",
+    )
+    .await;
     let rv = |o: &Value| o["metadata"]["resourceVersion"].clone();
     let route_before = rv(&get_json(&["httproute", "web", "-n", &ns]).await);
     let gateway_before = rv(&get_json(&["gateway", "gw", "-n", &ns]).await);

@@ -3,20 +3,20 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cloudflare_double::{CloudflareDouble, TokenScope, TunnelInfo};
+use cloudflare_double::{CloudflareDouble, TunnelInfo};
 use serde_json::Value;
 use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder, ManagedProcess};
-use tokio::net::TcpListener;
 use tokio::sync::RwLock;
-use tunnel_proxy::admin::{self, AdminOptions};
-use tunnel_proxy::state::State;
+pub use tunnel_gateway_fixtures::in_process::Proxy;
+use tunnel_gateway_fixtures::in_process::{self, Cloudflare};
+pub use tunnel_gateway_fixtures::{CLASS, CONTROLLER, SYSTEM_NS, service_yaml};
+use tunnel_gateway_fixtures::{
+    CONFIG_SERVICE, Install, RBAC_YAML, controller_args, controller_kubeconfig,
+};
 
-pub const SYSTEM_NS: &str = "tunnel-gateway-system";
-pub const CLASS: &str = "cloudflare-tunnel";
-pub const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
 pub const SHARED_TOKEN: &str = "shared-plane-e2e-token";
 pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:e2e";
 const API_TOKEN: &str = "cf-api-token-e2e";
@@ -33,13 +33,6 @@ pub struct World {
     pub lock: RwLock<()>,
     /// The controller replicas (one holds the Lease).
     pub replicas: Mutex<Vec<Replica>>,
-}
-
-/// A proxy standing in for one shared-plane pod.
-pub struct Proxy {
-    pub data: SocketAddr,
-    pub admin: SocketAddr,
-    pub state: Arc<State>,
 }
 
 fn spec() -> ControlPlaneBuilder {
@@ -82,73 +75,24 @@ async fn start(cp: &'static ControlPlane, rt: tokio::runtime::Handle) -> World {
         .await
         .expect("our CRDs");
 
-    let double = CloudflareDouble::start().await.expect("double");
-    let account = double.add_account("e2e").unwrap();
-    let tunnel = double.add_tunnel(&account, "shared").unwrap();
-    double
-        .add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))
-        .unwrap();
+    let Cloudflare {
+        double,
+        account,
+        tunnel,
+    } = in_process::start_cloudflare("e2e", API_TOKEN)
+        .await
+        .expect("double");
 
-    apply_on(
-        cluster,
-        &format!(
-            r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {SYSTEM_NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
-stringData: {{api-token: {API_TOKEN}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: tunnel-proxy-auth, namespace: {SYSTEM_NS}}}
-stringData: {{auth-token: {SHARED_TOKEN}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: tunnel-proxy-config, namespace: {SYSTEM_NS}}}
-spec:
-  clusterIP: None
-  publishNotReadyAddresses: true
-  ports: [{{name: config-api, port: 8081}}]
----
-apiVersion: cf.k8s.lex.la/v1alpha1
-kind: GatewayClassConfig
-metadata: {{name: {CLASS}}}
-spec:
-  tunnelID: {tunnel}
-  cloudflareCredentialsSecretRef: {{name: cloudflare-api, namespace: {SYSTEM_NS}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {CLASS}}}
-spec:
-  controllerName: {CONTROLLER}
-  parametersRef: {{group: cf.k8s.lex.la, kind: GatewayClassConfig, name: {CLASS}}}
-"#,
-            tunnel = tunnel.tunnel_id
-        ),
-    )
-    .await;
-
+    let install = Install {
+        tunnel_id: &tunnel.tunnel_id,
+        account_id: None,
+        api_token: API_TOKEN,
+        plane_token: SHARED_TOKEN,
+    };
+    apply_on(cluster, &install.yaml()).await;
     // The controller runs with exactly the install's RBAC, as its ServiceAccount.
-    apply_on(
-        cluster,
-        include_str!("../../../../deploy/tunnel-gateway/rbac.yaml"),
-    )
-    .await;
-    let controller_kubeconfig = cluster
-        .kubeconfig_for(
-            &format!("system:serviceaccount:{SYSTEM_NS}:tunnel-gateway-controller"),
-            &[
-                "system:serviceaccounts",
-                &format!("system:serviceaccounts:{SYSTEM_NS}"),
-            ],
-        )
-        .expect("controller kubeconfig");
+    apply_on(cluster, RBAC_YAML).await;
+    let controller_kubeconfig = controller_kubeconfig(cluster).expect("controller kubeconfig");
 
     // Two pods of the shared plane.
     let mut proxies = Vec::new();
@@ -165,29 +109,20 @@ spec:
         let identity = format!("e2e-controller-{i}");
         let port = test_cluster::free_port().unwrap();
         let log = cp.state_dir().join(format!("{identity}.log"));
-        let args: Vec<String> = [
-            "--kubeconfig",
-            &controller_kubeconfig.display().to_string(),
-            "--namespace",
-            SYSTEM_NS,
-            "--identity",
+        let metrics = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut args = controller_args(
+            &controller_kubeconfig,
             &identity,
-            "--admin-addr",
-            &format!("127.0.0.1:{port}"),
-            "--cloudflare-api-url",
+            metrics,
             &double.base_url(),
-            "--proxy-image",
-            PROXY_IMAGE,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        );
+        args.extend(["--proxy-image".to_owned(), PROXY_IMAGE.to_owned()]);
         let process =
             ManagedProcess::spawn(&identity, &bin, &args, &log).expect("controller starts");
         eprintln!("controller log: {}", log.display());
         replicas.push(Replica {
             identity,
-            metrics: SocketAddr::from(([127, 0, 0, 1], port)),
+            metrics,
             process,
         });
     }
@@ -240,29 +175,7 @@ pub async fn leader_metrics() -> SocketAddr {
 
 /// Starts an in-process proxy (data plane + config API with `token`).
 pub async fn start_proxy(token: &str) -> Proxy {
-    let state = Arc::new(State::new());
-    let data = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let p = Proxy {
-        data: data.local_addr().unwrap(),
-        admin: admin_l.local_addr().unwrap(),
-        state: state.clone(),
-    };
-    let router = admin::router(
-        state.clone(),
-        AdminOptions {
-            auth_token: Some(token.to_owned()),
-            connector_ready_url: None,
-        },
-    )
-    .unwrap();
-    tokio::spawn(async move { axum::serve(admin_l, router).await });
-    tokio::spawn(tunnel_proxy::proxy::serve(
-        data,
-        state,
-        std::future::pending(),
-    ));
-    p
+    in_process::start_proxy(token).await.expect("proxy starts")
 }
 
 /// Starts a proxy on the world's runtime (it outlives the calling test).
@@ -275,12 +188,11 @@ pub async fn spawn_proxy(token: &str) -> Proxy {
         .unwrap()
 }
 
-/// An EndpointSlice of the shared plane's config Service for `p` (the API server refuses
-/// loopback IPs in slices; the FQDN `127.1` passes and resolves to 127.0.0.1).
+/// An EndpointSlice of the shared plane's config Service for `p`.
 pub async fn publish_proxy(cluster: &Cluster, pod: &str, p: &Proxy) {
     let slice = config_endpoint_slice(
         SYSTEM_NS,
-        "tunnel-proxy-config",
+        CONFIG_SERVICE,
         &format!("tunnel-proxy-config-{pod}"),
         p,
     );
@@ -290,22 +202,7 @@ pub async fn publish_proxy(cluster: &Cluster, pod: &str, p: &Proxy) {
 /// An EndpointSlice (not-ready, as a pod without config is) of the config Service `service`
 /// pointing at `p`'s config API.
 pub fn config_endpoint_slice(ns: &str, service: &str, slice: &str, p: &Proxy) -> String {
-    format!(
-        r#"
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {slice}
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: {service}}}
-addressType: FQDN
-ports: [{{name: config-api, port: {port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: false}}
-"#,
-        port = p.admin.port()
-    )
+    tunnel_gateway_fixtures::config_endpoint_slice(ns, service, slice, p.admin.port(), false)
 }
 
 /// A local HTTP backend answering `<name> <path>`; runs on the world's runtime.
@@ -313,43 +210,38 @@ pub async fn spawn_backend(name: &str) -> u16 {
     let name = name.to_owned();
     world()
         .rt
+        .spawn(async move { in_process::start_backend(&name).await })
+        .await
+        .unwrap()
+        .expect("backend starts")
+}
+
+/// A local HTTP backend that echoes what it received: `<name> <path>[?query]`, then one
+/// `name: value` line per request header (lower-case names); runs on the world's runtime.
+pub async fn spawn_echo_backend(name: &str) -> u16 {
+    let name = name.to_owned();
+    world()
+        .rt
         .spawn(async move {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let port = l.local_addr().unwrap().port();
-            let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-                let name = name.clone();
-                async move { format!("{name} {}", uri.path()) }
-            });
+            let app = axum::Router::new().fallback(
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let name = name.clone();
+                    async move {
+                        let mut out = format!("{name} {uri}\n");
+                        for (k, v) in &headers {
+                            out.push_str(&format!("{k}: {}\n", v.to_str().unwrap_or("?")));
+                        }
+                        out
+                    }
+                },
+            );
             tokio::spawn(async move { axum::serve(l, app).await });
             port
         })
         .await
         .unwrap()
-}
-
-/// A Service `name` (port 80, `http`) in `ns` whose EndpointSlice points at a local port.
-pub fn service_yaml(ns: &str, name: &str, port: u16) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-1
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: FQDN
-ports: [{{name: http, port: {port}, protocol: TCP}}]
-endpoints:
-- addresses: ["127.1"]
-  conditions: {{ready: true}}
-"#
-    )
 }
 
 /// A namespace with a Gateway `gw` of our class (one HTTP listener, routes from all namespaces).

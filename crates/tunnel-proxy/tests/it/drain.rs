@@ -34,11 +34,11 @@ async fn start_binary(grace: &str) -> Running {
         ])
         .env_remove("PROXY_AUTH_TOKEN")
         .env_remove("TUNNEL_TOKEN")
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let listening = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(line) = lines.next_line().await.unwrap() {
             let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
@@ -50,7 +50,7 @@ async fn start_binary(grace: &str) -> Running {
     })
     .await
     .expect("no `listening` log line within 10 s");
-    // keep draining stdout so the child never blocks on a full pipe
+    // keep draining stderr (the log) so the child never blocks on a full pipe
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Running {
         child,

@@ -2,6 +2,7 @@
 //! (modules below) so the crate links once.
 
 mod admin;
+mod client_errors;
 mod common;
 mod data_plane;
 mod drain;

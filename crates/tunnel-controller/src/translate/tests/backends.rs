@@ -40,6 +40,7 @@ fn a_service_backend_forwards_to_the_ready_endpoints_of_its_named_slice_port() {
             protocol: BackendProtocol::Http1,
             tls: None,
             failure_status: None,
+            filters: Vec::new(),
         },
         "ready (or unknown readiness) endpoints of the port named like the Service port, in the Service's namespace only"
     );

@@ -93,7 +93,7 @@ fn path_modifiers_keep_their_kind() {
     );
     assert_eq!(
         t.rules[0].filters,
-        vec![Filter::UrlRewrite(tunnel_proxy::config::UrlRewrite {
+        vec![Filter::UrlRewrite(tunnel_config::config::UrlRewrite {
             hostname: None,
             path: Some(PathModifier::ReplacePrefixMatch("/v2".into())),
         })]

@@ -113,3 +113,27 @@ fn a_grpc_route_needs_a_grant_for_grpc_routes_to_reach_another_namespace() {
     );
     assert_eq!(t.resolved_refs, ok_refs());
 }
+
+#[test]
+fn grpc_backend_ref_filters_go_with_their_backend_and_duplicate_header_names_are_dropped() {
+    let mut world = World::shop();
+    world.services = vec![service("shop", "cart", &[("grpc", 9090, None)])];
+    world.slices = vec![slice("shop", "cart", "grpc", 9090, &[("10.0.4.2", None)])];
+    let t = translate_grpc(
+        &world,
+        json!([{
+            "matches": [{ "headers": [{ "name": "x-t", "value": "a" }, { "name": "X-T", "value": "b" }] }],
+            "backendRefs": [{ "name": "cart", "port": 9090, "filters": [
+                { "type": "ResponseHeaderModifier", "responseHeaderModifier": { "set": [{ "name": "x-b", "value": "1" }] } }
+            ] }]
+        }]),
+    );
+    let expected: Vec<GrpcRule> = serde_json::from_value(json!([{
+        "matches": [{ "headers": [{ "type": "Exact", "name": "x-t", "value": "a" }] }],
+        "backends": [{ "name": "shop/cart:9090", "endpoints": ["10.0.4.2:9090"], "protocol": "http2",
+            "filters": [{ "type": "ResponseHeaderModifier", "set": [{ "name": "x-b", "value": "1" }] }] }]
+    }]))
+    .unwrap();
+    assert_eq!(t.rules, expected);
+    assert_eq!(t.resolved_refs, ok_refs());
+}

@@ -240,30 +240,98 @@ fn an_unsupported_filter_makes_its_rule_fail_closed_and_says_so() {
 }
 
 #[test]
-fn filters_on_a_backend_ref_fail_that_backend_closed() {
+fn filters_on_a_backend_ref_go_with_that_backend() {
     let world = World::shop();
     let t = translate_http(
         &world,
         json!([{ "backendRefs": [
             { "name": "web", "port": 80, "weight": 1 },
             { "name": "web", "port": 80, "weight": 1, "filters": [
-                { "type": "RequestHeaderModifier", "requestHeaderModifier": { "remove": ["x"] } }] }
+                { "type": "RequestHeaderModifier", "requestHeaderModifier": { "remove": ["x"] } },
+                { "type": "ResponseHeaderModifier", "responseHeaderModifier": {
+                    "add": [{ "name": "x-b", "value": "1" }] } },
+                { "type": "URLRewrite", "urlRewrite": { "hostname": "b.internal" } }] }
         ] }]),
         None,
     );
     let b = &t.rules[0].backends;
-    assert_eq!(
-        (b[0].failure_status, b[1].failure_status),
-        (None, Some(500))
-    );
-    assert!(b[1].endpoints.is_empty());
-    assert_eq!(t.resolved_refs.reason, "UnsupportedValue");
-    assert!(
-        t.resolved_refs.message.starts_with(
-            "Rule 0 backendRefs[1] shop/web:80: filters on a backendRef are not supported"
+    assert_eq!((b[0].failure_status, b[1].failure_status), (None, None));
+    assert!(b[0].filters.is_empty());
+    let expected: Vec<Filter> = serde_json::from_value(json!([
+        { "type": "RequestHeaderModifier", "remove": ["x"] },
+        { "type": "ResponseHeaderModifier", "add": [{ "name": "x-b", "value": "1" }] },
+        { "type": "URLRewrite", "hostname": "b.internal" },
+    ]))
+    .unwrap();
+    assert_eq!(b[1].filters, expected);
+    assert!(t.rules[0].filters.is_empty());
+    assert_eq!(t.resolved_refs, ok_refs());
+}
+
+#[test]
+fn unsupported_filters_on_a_backend_ref_fail_that_backend_closed() {
+    let world = World::shop();
+    let rows = [
+        (
+            json!({ "type": "RequestRedirect", "requestRedirect": { "scheme": "https" } }),
+            "RequestRedirect is not valid on a backendRef",
         ),
-        "{}",
-        t.resolved_refs.message
+        (
+            json!({ "type": "ExtensionRef", "extensionRef": { "group": "x.io", "kind": "K", "name": "n" } }),
+            "ExtensionRef x.io/K n is not supported",
+        ),
+    ];
+    for (filter, why) in rows {
+        let t = translate_http(
+            &world,
+            json!([{ "backendRefs": [
+                { "name": "web", "port": 80, "weight": 1 },
+                { "name": "web", "port": 80, "weight": 1, "filters": [filter] }
+            ] }]),
+            None,
+        );
+        let b = &t.rules[0].backends;
+        assert_eq!(
+            (b[0].failure_status, b[1].failure_status),
+            (None, Some(500))
+        );
+        assert!(b[1].endpoints.is_empty() && b[1].filters.is_empty());
+        assert!(
+            t.resolved_refs
+                .message
+                .contains("Rule 0 backendRefs[1] shop/web:80: filters[0]: "),
+            "{}",
+            t.resolved_refs.message
+        );
+        assert!(
+            t.resolved_refs.message.contains(why),
+            "{}",
+            t.resolved_refs.message
+        );
+    }
+}
+
+#[test]
+fn only_the_first_header_and_query_param_of_each_name_reach_the_document() {
+    let world = World::shop();
+    let t = translate_http(
+        &world,
+        json!([{ "matches": [{
+            "headers": [{ "name": "x-flavor", "value": "mint" }, { "name": "X-Flavor", "value": "lime" }],
+            "queryParams": [{ "name": "q", "value": "1" }, { "name": "q", "value": "2" }, { "name": "Q", "value": "3" }]
+        }], "backendRefs": [{ "name": "web", "port": 80 }] }]),
+        None,
+    );
+    let m = &t.rules[0].matches[0];
+    let names = |v: &[tunnel_config::config::ValueMatch]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|m| (m.name.clone(), m.value.clone()))
+            .collect()
+    };
+    assert_eq!(names(&m.headers), [("x-flavor".into(), "mint".into())]);
+    assert_eq!(
+        names(&m.query_params),
+        [("q".into(), "1".into()), ("Q".into(), "3".into())]
     );
 }
 

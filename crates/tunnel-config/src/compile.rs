@@ -1,0 +1,902 @@
+//! Validation and compilation of a [`Config`] into an immutable [`RouteTable`].
+//!
+//! Everything that can fail (JSON shape, hostnames, regexes, header names and values, methods,
+//! weights, status codes, durations, endpoints, certificates and keys) fails here, with the
+//! JSON path of the offending field, before anything is swapped in. What a backend becomes
+//! (pooled clients in the proxy, nothing in [`validate`]) and what the table keeps per
+//! hostname is the caller's [`Build`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+
+use crate::backend::{self, UpstreamError};
+use crate::config::{
+    self, BackendProtocol, BackendTls, Config, PathMatchType, PathModifier, Route, ValueMatchType,
+};
+use crate::filters::{HeaderModifier, PathRewrite, Redirect, UrlRewrite};
+use crate::routing::{
+    self, GrpcMatcher, HeaderMatcher, HostPattern, HttpMatcher, Matchers, PathMatcher,
+    QueryMatcher, RouteSpec, RuleSpec, Table, ValueMatcher, WeightedChoice,
+};
+
+/// Gateway API maximum backend weight.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
+/// A refused document: where and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct CompileError {
+    /// JSON path such as `routes[0].rules[1].matches[0].path.value`.
+    pub path: String,
+    pub message: String,
+}
+
+fn err(path: impl Into<String>, message: impl std::fmt::Display) -> CompileError {
+    CompileError {
+        path: path.into(),
+        message: message.to_string(),
+    }
+}
+
+/// Parses a JSON document; errors name the path of the bad field.
+///
+/// Routes are decoded one by one after reading their `kind`: serde's tagged enums buffer
+/// their content and would lose the path inside a route.
+pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Raw {
+        version: u64,
+        #[serde(default)]
+        listeners: Vec<config::Listener>,
+        #[serde(default)]
+        routes: Vec<serde_json::Map<String, serde_json::Value>>,
+    }
+    fn typed<T: serde::de::DeserializeOwned>(
+        prefix: &str,
+        value: serde_json::Value,
+    ) -> Result<T, CompileError> {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.{path}")
+            };
+            err(path, e.into_inner())
+        })
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let raw: Raw = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        err(
+            if path == "." { "$".to_owned() } else { path },
+            e.into_inner(),
+        )
+    })?;
+    let routes = raw
+        .routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut route)| {
+            let at = format!("routes[{i}]");
+            match route.remove("kind").as_ref().and_then(|k| k.as_str()) {
+                Some("HTTPRoute") => typed(&at, route.into()).map(Route::Http),
+                Some("GRPCRoute") => typed(&at, route.into()).map(Route::Grpc),
+                _ => Err(err(
+                    format!("{at}.kind"),
+                    "must be `HTTPRoute` or `GRPCRoute`",
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Config {
+        version: raw.version,
+        listeners: raw.listeners,
+        routes,
+    })
+}
+
+/// Checks a document exactly as a push is checked (the same compilation), keeping nothing: no
+/// metrics series, no pooled clients, no background tasks. The controller runs each translated
+/// rule through this, so one bad rule can never make the proxy refuse a whole document.
+pub fn validate(config: &Config) -> Result<(), CompileError> {
+    compile(config, &mut Check).map(|_| ())
+}
+
+/// What the caller builds while a document compiles: a backend's endpoints (checked with
+/// [`backend::check`] or by building them) and the per-hostname state of the table.
+pub trait Build {
+    /// A backend with endpoints, ready to forward to.
+    type Upstream;
+    /// What the table keeps per route hostname label (the proxy: its metrics handles).
+    type Host;
+    /// Checks and builds the endpoints of a backend; `tls` when it is dialled with TLS.
+    fn upstream(
+        &mut self,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<Self::Upstream, UpstreamError>;
+    /// The state of a hostname label, made once per label.
+    fn host(&mut self, label: &str) -> Self::Host;
+}
+
+/// The [`Build`] of [`validate`]: every check, nothing built.
+struct Check;
+
+impl Build for Check {
+    type Upstream = ();
+    type Host = ();
+
+    fn upstream(
+        &mut self,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<(), UpstreamError> {
+        backend::check(endpoints, protocol, tls)
+    }
+
+    fn host(&mut self, _label: &str) {}
+}
+
+// === compiled form ===
+
+/// The compiled, immutable route table.
+#[derive(Debug)]
+pub struct RouteTable<U, H> {
+    pub version: u64,
+    pub table: Table<Rule<U>>,
+    hosts: crate::routing::HostMap<H>,
+}
+
+impl<U, H> RouteTable<U, H> {
+    /// The state of a hostname label returned by a lookup.
+    pub fn host(&self, hostname: &str) -> Option<&H> {
+        self.hosts.get(hostname)
+    }
+}
+
+/// One compiled HTTPRoute or GRPCRoute rule.
+#[derive(Debug)]
+pub struct Rule<U> {
+    /// `{namespace}/{name}` of the route, for logs.
+    pub route: Arc<str>,
+    pub grpc: bool,
+    pub request_headers: Option<HeaderModifier>,
+    pub response_headers: Option<HeaderModifier>,
+    pub rewrite: Option<UrlRewrite>,
+    pub mirrors: Vec<Mirror<U>>,
+    pub action: Action<U>,
+    pub request_timeout: Option<Duration>,
+    pub backend_timeout: Option<Duration>,
+}
+
+/// What a rule does with a matched request.
+#[derive(Debug)]
+pub enum Action<U> {
+    /// Answer locally (fail-closed rules, rules with nothing to forward to).
+    Respond(StatusCode),
+    Redirect(Redirect),
+    Forward {
+        choice: WeightedChoice,
+        backends: Vec<Backend<U>>,
+    },
+}
+
+#[derive(Debug)]
+pub struct Backend<U> {
+    pub name: Arc<str>,
+    pub target: Target<U>,
+    /// When the backendRef has filters of its own: the rule as requests forwarded to this
+    /// backend see it, see [`Backend::rule`].
+    filtered: Option<Box<Rule<U>>>,
+}
+
+impl<U> Backend<U> {
+    /// The rule a request forwarded to this backend is handled with: `rule` itself, or, when the
+    /// backendRef has filters, a copy of `rule` whose filters are the rule's followed by the
+    /// backend's (header modifiers chained, URLRewrite fields the backend sets replacing the
+    /// rule's, mirrors of both). Its action is never consulted: the backend is already chosen.
+    pub fn rule<'a>(&'a self, rule: &'a Rule<U>) -> &'a Rule<U> {
+        self.filtered.as_deref().unwrap_or(rule)
+    }
+}
+
+#[derive(Debug)]
+pub enum Target<U> {
+    /// Fail closed for this share of the traffic.
+    Fail(StatusCode),
+    Upstream(Box<U>),
+}
+
+#[derive(Debug)]
+pub struct Mirror<U> {
+    pub backend: Backend<U>,
+    pub percent: u32,
+}
+
+// === compilation ===
+
+/// Compiles a document; `build` makes its backends and hostname state.
+pub fn compile<B: Build>(
+    config: &Config,
+    build: &mut B,
+) -> Result<RouteTable<B::Upstream, B::Host>, CompileError> {
+    let listeners = config
+        .listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| match &l.hostname {
+            None => Ok(HostPattern::Any),
+            Some(h) => {
+                HostPattern::parse(h).map_err(|e| err(format!("listeners[{i}].hostname"), e))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // One listener without hostname admits every host: no gate.
+    let listeners = if listeners.contains(&HostPattern::Any) {
+        Vec::new()
+    } else {
+        listeners
+    };
+
+    let mut hosts = crate::routing::HostMap::default();
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for (ri, route) in config.routes.iter().enumerate() {
+        let at = format!("routes[{ri}]");
+        let (name, hostnames) = match route {
+            Route::Http(r) => (&r.name, &r.hostnames),
+            Route::Grpc(r) => (&r.name, &r.hostnames),
+        };
+        let hostnames = hostnames
+            .iter()
+            .enumerate()
+            .map(|(i, h)| HostPattern::parse(h).map_err(|e| err(format!("{at}.hostnames[{i}]"), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let labels: Vec<String> = if hostnames.is_empty() {
+            vec![HostPattern::Any.label()]
+        } else {
+            hostnames.iter().map(HostPattern::label).collect()
+        };
+        for label in labels {
+            hosts
+                .entry(label.clone())
+                .or_insert_with(|| build.host(&label));
+        }
+        let route_name: Arc<str> = Arc::from(name.as_str());
+        let mut ctx = Ctx { build: &mut *build };
+        let rules = match route {
+            Route::Http(r) => r
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| ctx.http_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
+                .collect::<Result<Vec<_>, _>>()?,
+            Route::Grpc(r) => r
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| ctx.grpc_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        routes.push(RouteSpec { hostnames, rules });
+    }
+    Ok(RouteTable {
+        version: config.version,
+        table: Table::new(listeners, routes),
+        hosts,
+    })
+}
+
+struct Ctx<'a, B> {
+    build: &'a mut B,
+}
+
+/// The filters of a rule, split by kind.
+struct Filters<U> {
+    request_headers: Option<HeaderModifier>,
+    response_headers: Option<HeaderModifier>,
+    redirect: Option<Redirect>,
+    rewrite: Option<UrlRewrite>,
+    mirrors: Vec<Mirror<U>>,
+}
+
+impl<B: Build> Ctx<'_, B> {
+    fn http_rule(
+        &mut self,
+        at: &str,
+        route: &Arc<str>,
+        rule: &config::HttpRule,
+    ) -> Result<RuleSpec<Rule<B::Upstream>>, CompileError> {
+        let matchers = rule
+            .matches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| http_match(&format!("{at}.matches[{i}]"), m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let filters = self.filters(at, &rule.filters, false)?;
+        let prefix_rewrite = |p: &Option<PathRewrite>| matches!(p, Some(PathRewrite::Prefix(_)));
+        let uses_prefix = filters
+            .redirect
+            .as_ref()
+            .is_some_and(|r| prefix_rewrite(&r.path))
+            || filters
+                .rewrite
+                .as_ref()
+                .is_some_and(|r| prefix_rewrite(&r.path));
+        if uses_prefix
+            && matchers
+                .iter()
+                .any(|m| !matches!(m.path, PathMatcher::Prefix(_)))
+        {
+            return Err(err(
+                format!("{at}.filters"),
+                "ReplacePrefixMatch requires every match of the rule to be a PathPrefix match",
+            ));
+        }
+        let all_prefix = matchers
+            .iter()
+            .all(|m| matches!(m.path, PathMatcher::Prefix(_)));
+        let rule = self.rule(
+            at,
+            route,
+            false,
+            (filters, &rule.filters, all_prefix),
+            &rule.backends,
+            &rule.timeouts,
+            rule.failure_status,
+        )?;
+        Ok(RuleSpec {
+            matchers: Matchers::Http(matchers),
+            payload: rule,
+        })
+    }
+
+    fn grpc_rule(
+        &mut self,
+        at: &str,
+        route: &Arc<str>,
+        rule: &config::GrpcRule,
+    ) -> Result<RuleSpec<Rule<B::Upstream>>, CompileError> {
+        let matchers = rule
+            .matches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| grpc_match(&format!("{at}.matches[{i}]"), m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let filters = self.filters(at, &rule.filters, true)?;
+        for (i, b) in rule.backends.iter().enumerate() {
+            if b.failure_status.is_none() && b.protocol != config::BackendProtocol::Http2 {
+                return Err(err(
+                    format!("{at}.backends[{i}].protocol"),
+                    "gRPC backends must use http2 (h2c, or TLS with ALPN h2)",
+                ));
+            }
+        }
+        let rule = self.rule(
+            at,
+            route,
+            true,
+            (filters, &rule.filters, true),
+            &rule.backends,
+            &rule.timeouts,
+            rule.failure_status,
+        )?;
+        Ok(RuleSpec {
+            matchers: Matchers::Grpc(matchers),
+            payload: rule,
+        })
+    }
+
+    /// A rule from its compiled `filters`, given with the document's (compiled again for each
+    /// backend with filters of its own) and whether every match is a PathPrefix match.
+    #[allow(clippy::too_many_arguments)]
+    fn rule(
+        &mut self,
+        at: &str,
+        route: &Arc<str>,
+        grpc: bool,
+        (filters, rule_filters, all_prefix): (Filters<B::Upstream>, &[config::Filter], bool),
+        backends: &[config::Backend],
+        timeouts: &config::Timeouts,
+        failure_status: Option<u16>,
+    ) -> Result<Rule<B::Upstream>, CompileError> {
+        let request_timeout = timeout(&format!("{at}.timeouts.request"), &timeouts.request)?;
+        let backend_timeout = timeout(
+            &format!("{at}.timeouts.backendRequest"),
+            &timeouts.backend_request,
+        )?;
+        let mut compiled_backends = Vec::with_capacity(backends.len());
+        for (i, b) in backends.iter().enumerate() {
+            let bat = format!("{at}.backends[{i}]");
+            let mut backend = self.backend(&bat, b)?;
+            if !b.filters.is_empty() {
+                let own = self.filters(&bat, &b.filters, grpc)?;
+                if own.redirect.is_some() {
+                    return Err(err(
+                        format!("{bat}.filters"),
+                        "RequestRedirect is not valid on a backendRef (a redirect forwards nothing); put it on the rule",
+                    ));
+                }
+                if !all_prefix
+                    && own
+                        .rewrite
+                        .as_ref()
+                        .is_some_and(|r| matches!(r.path, Some(PathRewrite::Prefix(_))))
+                {
+                    return Err(err(
+                        format!("{bat}.filters"),
+                        "ReplacePrefixMatch requires every match of the rule to be a PathPrefix match",
+                    ));
+                }
+                let base = self.filters(at, rule_filters, grpc)?;
+                let mut mirrors = base.mirrors;
+                mirrors.extend(own.mirrors);
+                backend.filtered = Some(Box::new(Rule {
+                    route: route.clone(),
+                    grpc,
+                    request_headers: chain(base.request_headers, own.request_headers),
+                    response_headers: chain(base.response_headers, own.response_headers),
+                    rewrite: match (base.rewrite, own.rewrite) {
+                        (Some(base), Some(own)) => Some(UrlRewrite {
+                            hostname: own.hostname.or(base.hostname),
+                            path: own.path.or(base.path),
+                        }),
+                        (base, own) => own.or(base),
+                    },
+                    mirrors,
+                    action: Action::Respond(StatusCode::INTERNAL_SERVER_ERROR),
+                    request_timeout,
+                    backend_timeout,
+                }));
+            }
+            compiled_backends.push(backend);
+        }
+        let failure = failure_status
+            .map(|s| status(&format!("{at}.failureStatus"), s))
+            .transpose()?;
+        let action = if let Some(status) = failure {
+            Action::Respond(status)
+        } else if let Some(redirect) = filters.redirect {
+            Action::Redirect(redirect)
+        } else {
+            match WeightedChoice::new(backends.iter().map(|b| b.weight)) {
+                // The specification: nothing to forward to (no backends, or all weights 0) is 500.
+                None => Action::Respond(StatusCode::INTERNAL_SERVER_ERROR),
+                Some(choice) => Action::Forward {
+                    choice,
+                    backends: compiled_backends,
+                },
+            }
+        };
+        Ok(Rule {
+            route: route.clone(),
+            grpc,
+            request_headers: filters.request_headers,
+            response_headers: filters.response_headers,
+            rewrite: filters.rewrite,
+            mirrors: filters.mirrors,
+            action,
+            request_timeout,
+            backend_timeout,
+        })
+    }
+
+    fn backend(
+        &mut self,
+        at: &str,
+        b: &config::Backend,
+    ) -> Result<Backend<B::Upstream>, CompileError> {
+        if b.weight > MAX_WEIGHT {
+            return Err(err(
+                format!("{at}.weight"),
+                format!("must be at most {MAX_WEIGHT}"),
+            ));
+        }
+        let fail = b
+            .failure_status
+            .map(|s| status(&format!("{at}.failureStatus"), s))
+            .transpose()?;
+        let target = match fail {
+            Some(status) => Target::Fail(status),
+            // A backend with no ready endpoint is unavailable, not misconfigured.
+            None if b.endpoints.is_empty() => Target::Fail(StatusCode::SERVICE_UNAVAILABLE),
+            None => Target::Upstream(Box::new(
+                self.build
+                    .upstream(&b.endpoints, b.protocol, b.tls.as_ref())
+                    .map_err(|e| match e {
+                        UpstreamError::Endpoint(e) => {
+                            err(format!("{at}.endpoints[{}]", e.index), e)
+                        }
+                        UpstreamError::Tls(e) => err(format!("{at}.tls"), e),
+                    })?,
+            )),
+        };
+        Ok(Backend {
+            name: Arc::from(b.name.as_str()),
+            target,
+            filtered: None,
+        })
+    }
+
+    fn filters(
+        &mut self,
+        at: &str,
+        filters: &[config::Filter],
+        grpc: bool,
+    ) -> Result<Filters<B::Upstream>, CompileError> {
+        let mut out = Filters {
+            request_headers: None,
+            response_headers: None,
+            redirect: None,
+            rewrite: None,
+            mirrors: Vec::new(),
+        };
+        for (i, f) in filters.iter().enumerate() {
+            let at = format!("{at}.filters[{i}]");
+            let dup = || err(at.clone(), "this filter type may appear only once per rule");
+            let http_only = || err(at.clone(), "this filter is not valid on a GRPCRoute rule");
+            match f {
+                config::Filter::RequestHeaderModifier(m) => {
+                    if out
+                        .request_headers
+                        .replace(header_modifier(&at, m)?)
+                        .is_some()
+                    {
+                        return Err(dup());
+                    }
+                }
+                config::Filter::ResponseHeaderModifier(m) => {
+                    if out
+                        .response_headers
+                        .replace(header_modifier(&at, m)?)
+                        .is_some()
+                    {
+                        return Err(dup());
+                    }
+                }
+                config::Filter::RequestRedirect(r) => {
+                    if grpc {
+                        return Err(http_only());
+                    }
+                    if out.redirect.replace(redirect(&at, r)?).is_some() {
+                        return Err(dup());
+                    }
+                }
+                config::Filter::UrlRewrite(r) => {
+                    if grpc {
+                        return Err(http_only());
+                    }
+                    if out.rewrite.replace(url_rewrite(&at, r)?).is_some() {
+                        return Err(dup());
+                    }
+                }
+                config::Filter::RequestMirror(m) => {
+                    let percent = m.percent.unwrap_or(100);
+                    if percent > 100 {
+                        return Err(err(format!("{at}.percent"), "must be between 0 and 100"));
+                    }
+                    if !m.backend.filters.is_empty() {
+                        return Err(err(
+                            format!("{at}.backend.filters"),
+                            "a mirror's backend has no filters",
+                        ));
+                    }
+                    out.mirrors.push(Mirror {
+                        backend: self.backend(&format!("{at}.backend"), &m.backend)?,
+                        percent,
+                    });
+                }
+            }
+        }
+        if out.redirect.is_some() && out.rewrite.is_some() {
+            return Err(err(
+                format!("{at}.filters"),
+                "RequestRedirect and URLRewrite cannot be used together",
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// `first` then `second`.
+fn chain(first: Option<HeaderModifier>, second: Option<HeaderModifier>) -> Option<HeaderModifier> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(a.then(&b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn http_match(at: &str, m: &config::HttpMatch) -> Result<HttpMatcher, CompileError> {
+    let path = match &m.path {
+        None => PathMatcher::prefix("/"),
+        Some(p) => {
+            let vat = format!("{at}.path.value");
+            match p.kind {
+                PathMatchType::Exact | PathMatchType::PathPrefix if !p.value.starts_with('/') => {
+                    return Err(err(vat, "must start with `/`"));
+                }
+                PathMatchType::Exact => PathMatcher::Exact(p.value.clone()),
+                PathMatchType::PathPrefix => PathMatcher::prefix(&p.value),
+                PathMatchType::RegularExpression => {
+                    PathMatcher::regex(&p.value).map_err(|e| err(vat, e))?
+                }
+            }
+        }
+    };
+    let headers = headers(&format!("{at}.headers"), &m.headers)?;
+    let query = m
+        .query_params
+        .iter()
+        .enumerate()
+        .filter(|(i, q)| first_of_its_name(&m.query_params, *i, |a| a == q.name.as_str()))
+        .map(|(i, q)| {
+            let at = format!("{at}.queryParams[{i}]");
+            if q.name.is_empty() {
+                return Err(err(format!("{at}.name"), "must not be empty"));
+            }
+            Ok(QueryMatcher {
+                name: q.name.clone(),
+                value: value_matcher(&format!("{at}.value"), q.kind, &q.value)?,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let method = m
+        .method
+        .as_ref()
+        .map(|s| Method::from_bytes(s.as_bytes()).map_err(|e| err(format!("{at}.method"), e)))
+        .transpose()?;
+    Ok(HttpMatcher {
+        path,
+        headers,
+        query,
+        method,
+    })
+}
+
+fn grpc_match(at: &str, m: &config::GrpcMatch) -> Result<GrpcMatcher, CompileError> {
+    let (service, method) = match &m.method {
+        None => (None, None),
+        Some(mm) => {
+            if mm.service.is_none() && mm.method.is_none() {
+                return Err(err(
+                    format!("{at}.method"),
+                    "one of service and method is required",
+                ));
+            }
+            let one =
+                |field: &str, v: &Option<String>| -> Result<Option<ValueMatcher>, CompileError> {
+                    let Some(v) = v else { return Ok(None) };
+                    let fat = format!("{at}.method.{field}");
+                    if mm.kind == ValueMatchType::Exact && (v.is_empty() || v.contains('/')) {
+                        return Err(err(fat, "must be non-empty and contain no `/`"));
+                    }
+                    value_matcher(&fat, mm.kind, v).map(Some)
+                };
+            (one("service", &mm.service)?, one("method", &mm.method)?)
+        }
+    };
+    Ok(GrpcMatcher {
+        service,
+        method,
+        headers: headers(&format!("{at}.headers"), &m.headers)?,
+    })
+}
+
+/// Whether entry `i` is the first of `entries` whose name is equivalent (`same`) to its own.
+/// The specification, for header and query parameter matches alike: "If multiple entries
+/// specify equivalent ... names, only the first entry with an equivalent name MUST be
+/// considered for a match. Subsequent entries with an equivalent ... name MUST be ignored."
+/// Ignored entries are not validated either: they are not part of the match.
+fn first_of_its_name(
+    entries: &[config::ValueMatch],
+    i: usize,
+    same: impl Fn(&str) -> bool,
+) -> bool {
+    !entries[..i].iter().any(|e| same(&e.name))
+}
+
+/// Header matches; header names are equivalent when equal ignoring ASCII case.
+fn headers(at: &str, hs: &[config::ValueMatch]) -> Result<Vec<HeaderMatcher>, CompileError> {
+    hs.iter()
+        .enumerate()
+        .filter(|(i, h)| first_of_its_name(hs, *i, |n| n.eq_ignore_ascii_case(&h.name)))
+        .map(|(i, h)| {
+            let at = format!("{at}[{i}]");
+            Ok(HeaderMatcher {
+                name: header_name(&format!("{at}.name"), &h.name)?,
+                value: value_matcher(&format!("{at}.value"), h.kind, &h.value)?,
+            })
+        })
+        .collect()
+}
+
+fn value_matcher(at: &str, kind: ValueMatchType, v: &str) -> Result<ValueMatcher, CompileError> {
+    Ok(match kind {
+        ValueMatchType::Exact => ValueMatcher::Exact(v.to_owned()),
+        ValueMatchType::RegularExpression => {
+            ValueMatcher::Regex(routing::anchored(v).map_err(|e| err(at, e))?)
+        }
+    })
+}
+
+fn header_name(at: &str, name: &str) -> Result<HeaderName, CompileError> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|e| err(at, e))
+}
+
+fn header_modifier(at: &str, m: &config::HeaderModifier) -> Result<HeaderModifier, CompileError> {
+    let pairs = |field: &str, hs: &[config::Header]| {
+        hs.iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let at = format!("{at}.{field}[{i}]");
+                Ok((
+                    header_name(&format!("{at}.name"), &h.name)?,
+                    HeaderValue::from_str(&h.value).map_err(|e| err(format!("{at}.value"), e))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, CompileError>>()
+    };
+    Ok(HeaderModifier {
+        set: pairs("set", &m.set)?,
+        add: pairs("add", &m.add)?,
+        remove: m
+            .remove
+            .iter()
+            .enumerate()
+            .map(|(i, n)| header_name(&format!("{at}.remove[{i}]"), n))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn path_modifier(at: &str, p: &PathModifier) -> Result<PathRewrite, CompileError> {
+    let at = format!("{at}.path.value");
+    match p {
+        PathModifier::ReplaceFullPath(v) => {
+            if !v.starts_with('/') {
+                return Err(err(at, "must start with `/`"));
+            }
+            Ok(PathRewrite::Full(v.clone()))
+        }
+        PathModifier::ReplacePrefixMatch(v) => {
+            if !v.is_empty() && !v.starts_with('/') {
+                return Err(err(at, "must be empty or start with `/`"));
+            }
+            Ok(PathRewrite::Prefix(v.clone()))
+        }
+    }
+    .and_then(|r| {
+        let v = match &r {
+            PathRewrite::Full(v) | PathRewrite::Prefix(v) => v,
+        };
+        // The value ends up in a request target or a Location header.
+        if v.bytes()
+            .any(|b| b.is_ascii_control() || b == b' ' || b == b'?' || b == b'#')
+        {
+            return Err(err(
+                at.clone(),
+                "must be a path without query, fragment, spaces or control characters",
+            ));
+        }
+        Ok(r)
+    })
+}
+
+fn exact_hostname(at: &str, h: &str) -> Result<String, CompileError> {
+    match HostPattern::parse(h).map_err(|e| err(at, e))? {
+        HostPattern::Exact(h) => Ok(h),
+        _ => Err(err(at, "must be an exact hostname")),
+    }
+}
+
+fn redirect(at: &str, r: &config::RequestRedirect) -> Result<Redirect, CompileError> {
+    let code = r.status_code.unwrap_or(302);
+    if !Redirect::valid_status(code) {
+        return Err(err(
+            format!("{at}.statusCode"),
+            "must be 301, 302, 303, 307 or 308",
+        ));
+    }
+    if let Some(s) = &r.scheme
+        && s != "http"
+        && s != "https"
+    {
+        return Err(err(format!("{at}.scheme"), "must be `http` or `https`"));
+    }
+    if r.port == Some(0) {
+        return Err(err(format!("{at}.port"), "must be between 1 and 65535"));
+    }
+    if r.listener_port == Some(0) {
+        return Err(err(
+            format!("{at}.listenerPort"),
+            "must be between 1 and 65535",
+        ));
+    }
+    Ok(Redirect {
+        scheme: r.scheme.clone(),
+        hostname: r
+            .hostname
+            .as_ref()
+            .map(|h| exact_hostname(&format!("{at}.hostname"), h))
+            .transpose()?,
+        port: r.port,
+        listener_port: r.listener_port,
+        path: r.path.as_ref().map(|p| path_modifier(at, p)).transpose()?,
+        status: StatusCode::from_u16(code).map_err(|e| err(format!("{at}.statusCode"), e))?,
+    })
+}
+
+fn url_rewrite(at: &str, r: &config::UrlRewrite) -> Result<UrlRewrite, CompileError> {
+    Ok(UrlRewrite {
+        hostname: r
+            .hostname
+            .as_ref()
+            .map(|h| {
+                let h = exact_hostname(&format!("{at}.hostname"), h)?;
+                HeaderValue::from_str(&h).map_err(|e| err(format!("{at}.hostname"), e))
+            })
+            .transpose()?,
+        path: r.path.as_ref().map(|p| path_modifier(at, p)).transpose()?,
+    })
+}
+
+fn status(at: &str, code: u16) -> Result<StatusCode, CompileError> {
+    match StatusCode::from_u16(code) {
+        Ok(s) if (400..=599).contains(&code) => Ok(s),
+        _ => Err(err(at, "must be an HTTP error status between 400 and 599")),
+    }
+}
+
+fn timeout(at: &str, v: &Option<String>) -> Result<Option<Duration>, CompileError> {
+    match v {
+        None => Ok(None),
+        Some(s) => match parse_duration(s) {
+            Some(d) if d.is_zero() => Ok(None),
+            Some(d) => Ok(Some(d)),
+            None => Err(err(
+                at,
+                "must be a Gateway API duration such as `10s`, `1m30s`, `500ms`",
+            )),
+        },
+    }
+}
+
+/// Gateway API duration: `^([0-9]{1,5}(h|m|s|ms)){1,4}$`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let mut rest = s;
+    let mut total = Duration::ZERO;
+    let mut groups = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if !(1..=5).contains(&digits) {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (Duration::from_millis(1), 2)
+        } else if rest.starts_with('h') {
+            (Duration::from_secs(3600), 1)
+        } else if rest.starts_with('m') {
+            (Duration::from_secs(60), 1)
+        } else if rest.starts_with('s') {
+            (Duration::from_secs(1), 1)
+        } else {
+            return None;
+        };
+        rest = &rest[len..];
+        total += unit * u32::try_from(n).ok()?;
+        groups += 1;
+        if groups > 4 {
+            return None;
+        }
+    }
+    (groups > 0).then_some(total)
+}
+
+#[cfg(test)]
+mod tests;

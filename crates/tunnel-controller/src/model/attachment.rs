@@ -1,0 +1,563 @@
+//! Route attachment and what follows from it: which route parents attach (allowedRoutes,
+//! sectionName, port, hostname intersection), the verdicts about their rules, the
+//! BackendTLSPolicies in use, each partition's route table and listeners, and the hostnames of
+//! each tunnel's ingress document in route priority order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gateway_api::apis::standard::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+};
+use gateway_api::apis::standard::grpcroutes::GrpcRoute;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use tunnel_config::config;
+
+use super::types::{
+    GatewayOutcome, ListenerOutcome, Model, ParentOutcome, PartitionPlan, PolicyOutcome,
+    RouteOutcome, RouteParentStatus, Settings, TunnelPlan,
+};
+use crate::conditions::Verdict;
+use crate::hostnames;
+use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
+use crate::translate::{self, BackendIndex};
+use crate::world::Snapshot;
+
+/// Attaches every route (oldest first, the Gateway API tie-break and the ingress rule
+/// priority) to the Gateways of `model`, and decides the BackendTLSPolicies they use.
+pub(super) fn routes(snap: &Snapshot, settings: &Settings, idx: &BackendIndex, model: &mut Model) {
+    let mut routes: Vec<RouteView> = snap
+        .http_routes
+        .iter()
+        .map(RouteView::http)
+        .chain(snap.grpc_routes.iter().map(RouteView::grpc))
+        .collect();
+    routes.sort_by(|a, b| {
+        (&a.created, &a.id.key.namespace, &a.id.key.name, a.id.kind).cmp(&(
+            &b.created,
+            &b.id.key.namespace,
+            &b.id.key.name,
+            b.id.kind,
+        ))
+    });
+    let namespaces: BTreeMap<String, &Arc<Namespace>> =
+        snap.namespaces.iter().map(|n| (n.name_any(), n)).collect();
+    // Which Gateways reach each Service, for BackendTLSPolicy ancestors.
+    let mut uses: BTreeMap<(String, String), BTreeSet<ObjKey>> = BTreeMap::new();
+    for route in &routes {
+        route_outcome(route, model, &mut uses, &namespaces, idx);
+    }
+    for policy in &snap.backend_tls_policies {
+        let ns = policy.namespace().unwrap_or_default();
+        let ancestors: BTreeSet<ObjKey> = policy
+            .spec
+            .target_refs
+            .iter()
+            .filter(|t| t.group.is_empty() && t.kind == "Service")
+            .filter_map(|t| uses.get(&(ns.clone(), t.name.clone())))
+            .flatten()
+            .cloned()
+            .collect();
+        let has_ours = policy.status.as_ref().is_some_and(|s| {
+            s.ancestors
+                .iter()
+                .any(|a| a.controller_name == settings.controller_name)
+        });
+        if !ancestors.is_empty() || has_ours {
+            model.policies.push(PolicyOutcome {
+                policy: policy.clone(),
+                verdicts: translate::backend_tls_policy_verdicts(policy, idx),
+                ancestors,
+            });
+        }
+    }
+}
+
+/// Each partition's listeners and the tunnels Gateways serve; dedicated Gateways sharing a
+/// tunnel get one route table; then each tunnel's hostnames in route priority order.
+pub(super) fn partitions(model: &mut Model) {
+    // Listener hostnames per partition, for the data plane's own listener check.
+    for gw in model.gateways.values() {
+        let Some(partition) = &gw.partition else {
+            continue;
+        };
+        let plan = model.partitions.entry(partition.clone()).or_default();
+        for (l, out) in gw.gateway.spec.listeners.iter().zip(&gw.listeners) {
+            if out.usable {
+                plan.doc.listeners.push(config::Listener {
+                    name: format!("{}/{}", ObjKey::of(gw.gateway.as_ref()), l.name),
+                    hostname: l.hostname.clone(),
+                });
+            }
+        }
+        if let (Some(tunnel), Some(credentials)) = (&gw.tunnel, &gw.credentials) {
+            model
+                .tunnels
+                .entry(tunnel.clone())
+                .or_insert_with(|| TunnelPlan {
+                    credentials: credentials.clone(),
+                    hostnames: Vec::new(),
+                });
+        }
+    }
+    // Dedicated Gateways sharing a tunnel: every plane of the tunnel gets every route of it
+    // (cloudflared hands any of the tunnel's hostnames to any of its connectors).
+    let mut groups: BTreeMap<String, Vec<PartitionKey>> = BTreeMap::new();
+    for gw in model.gateways.values() {
+        if let (Some(tunnel), Some(p @ PartitionKey::Dedicated(_)), Some(_)) =
+            (&gw.tunnel, &gw.partition, &gw.sharing)
+        {
+            groups.entry(tunnel.clone()).or_default().push(p.clone());
+        }
+    }
+    for members in groups.values().filter(|m| m.len() > 1) {
+        let mut union = PartitionPlan::default();
+        for m in members {
+            if let Some(plan) = model.partitions.get(m) {
+                for r in &plan.doc.routes {
+                    if !union.doc.routes.contains(r) {
+                        union.doc.routes.push(r.clone());
+                    }
+                }
+                union
+                    .doc
+                    .listeners
+                    .extend(plan.doc.listeners.iter().cloned());
+            }
+        }
+        for m in members {
+            model.partitions.insert(m.clone(), union.clone());
+        }
+    }
+
+    // Route hostnames per tunnel, in route priority order.
+    for route in &model.routes {
+        for parent in &route.parents {
+            let (Some(hosts), Some(gw)) = (&parent.hostnames, model.gateways.get(&parent.gateway))
+            else {
+                continue;
+            };
+            let Some(tunnel) = gw.tunnel.as_ref().and_then(|t| model.tunnels.get_mut(t)) else {
+                continue;
+            };
+            for h in hosts {
+                tunnel.hostnames.push((h.clone(), route.id.clone()));
+            }
+        }
+    }
+}
+
+/// The parts of a route that attachment reads, the same for both kinds.
+struct RouteView {
+    id: RouteId,
+    created: Option<Time>,
+    generation: Option<i64>,
+    resource_version: Option<String>,
+    hostnames: Vec<String>,
+    parent_refs: Vec<ParentRef>,
+    current_parents: Vec<RouteParentStatus>,
+    http: Option<Arc<HttpRoute>>,
+    grpc: Option<Arc<GrpcRoute>>,
+}
+
+impl RouteView {
+    fn http(r: &Arc<HttpRoute>) -> RouteView {
+        RouteView {
+            id: RouteId {
+                kind: RouteKind::Http,
+                key: ObjKey::of(r.as_ref()),
+            },
+            created: r.metadata.creation_timestamp.clone(),
+            generation: r.metadata.generation,
+            resource_version: r.metadata.resource_version.clone(),
+            hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            parent_refs: r
+                .spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(ParentRef::from)
+                .collect(),
+            current_parents: r
+                .status
+                .iter()
+                .flat_map(|s| &s.parents)
+                .map(|p| RouteParentStatus {
+                    parent_ref: ParentRef::from(&p.parent_ref),
+                    controller_name: p.controller_name.clone(),
+                    conditions: p.conditions.clone(),
+                })
+                .collect(),
+            http: Some(r.clone()),
+            grpc: None,
+        }
+    }
+
+    fn grpc(r: &Arc<GrpcRoute>) -> RouteView {
+        RouteView {
+            id: RouteId {
+                kind: RouteKind::Grpc,
+                key: ObjKey::of(r.as_ref()),
+            },
+            created: r.metadata.creation_timestamp.clone(),
+            generation: r.metadata.generation,
+            resource_version: r.metadata.resource_version.clone(),
+            hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            parent_refs: r
+                .spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .map(ParentRef::from)
+                .collect(),
+            current_parents: r
+                .status
+                .iter()
+                .flat_map(|s| &s.parents)
+                .map(|p| RouteParentStatus {
+                    parent_ref: ParentRef::from(&p.parent_ref),
+                    controller_name: p.controller_name.clone(),
+                    conditions: p.conditions.clone(),
+                })
+                .collect(),
+            http: None,
+            grpc: Some(r.clone()),
+        }
+    }
+}
+
+fn route_outcome(
+    route: &RouteView,
+    model: &mut Model,
+    uses: &mut BTreeMap<(String, String), BTreeSet<ObjKey>>,
+    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+    idx: &BackendIndex,
+) {
+    let mut parents = Vec::new();
+    // Per partition: the hostnames the route serves there (None inside = any host).
+    // Also the lowest port of the listeners it attached to there (the redirect port, see
+    // `set_listener_port`).
+    let mut served: BTreeMap<PartitionKey, (Option<BTreeSet<String>>, ObjKey, i32)> =
+        BTreeMap::new();
+    for pref in &route.parent_refs {
+        let Some(gw_key) = pref.gateway(&route.id.key.namespace) else {
+            continue;
+        };
+        let Some(gw) = model.gateways.get_mut(&gw_key) else {
+            continue; // not a Gateway of ours (or not there): another controller's business
+        };
+        // In status, group, kind and namespace are always spelled out.
+        let status_ref = ParentRef::to_gateway(&gw_key, pref.section_name.clone(), pref.port);
+        let (accepted, attached) = attach(route, gw, &status_ref, namespaces);
+        let (hostnames, port) = match attached {
+            Some((hosts, port)) => (Some(hosts), port),
+            None => (None, i32::MAX),
+        };
+        parents.push(ParentOutcome {
+            parent_ref: status_ref,
+            gateway: gw_key.clone(),
+            verdicts: vec![accepted],
+            hostnames: hostnames.clone(),
+        });
+        if let (Some(hosts), Some(partition)) = (hostnames, gw.partition.clone()) {
+            let entry = served
+                .entry(partition)
+                .or_insert_with(|| (Some(BTreeSet::new()), gw_key.clone(), port));
+            entry.2 = entry.2.min(port);
+            match (&mut entry.0, hosts.is_empty()) {
+                (_, true) => entry.0 = None,
+                (Some(set), false) => set.extend(hosts),
+                (None, false) => {}
+            }
+        }
+    }
+    if parents.is_empty() {
+        return;
+    }
+
+    // Rule contents: translated once per partition (the backend client certificate is the first
+    // attached Gateway's there).
+    let mut content: Option<(Verdict, Option<Verdict>, Option<Verdict>)> = None;
+    let mut services: BTreeSet<(String, String)> = BTreeSet::new();
+    for (partition, (hosts, gw_key, port)) in &served {
+        let cert = model
+            .gateways
+            .get(gw_key)
+            .and_then(|g| g.client_cert.clone());
+        let hostnames: Vec<String> = hosts
+            .clone()
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default();
+        let name = route.id.key.to_string();
+        let (entry, verdicts) = if let Some(r) = &route.http {
+            let mut t = translate::http_route(r, idx, cert.as_ref());
+            set_listener_port(&mut t.rules, *port);
+            services.extend(t.services.iter().cloned());
+            let v = (t.resolved_refs, t.accepted, t.partially_invalid);
+            (
+                config::Route::Http(config::HttpRoute {
+                    name,
+                    hostnames,
+                    rules: t.rules,
+                }),
+                v,
+            )
+        } else if let Some(r) = &route.grpc {
+            let t = translate::grpc_route(r, idx, cert.as_ref());
+            services.extend(t.services.iter().cloned());
+            let v = (t.resolved_refs, t.accepted, t.partially_invalid);
+            (
+                config::Route::Grpc(config::GrpcRoute {
+                    name,
+                    hostnames,
+                    rules: t.rules,
+                }),
+                v,
+            )
+        } else {
+            continue;
+        };
+        let plan = model.partitions.entry(partition.clone()).or_default();
+        if verdicts.1.is_none() {
+            plan.doc.routes.push(entry);
+        }
+        content.get_or_insert(verdicts);
+    }
+
+    // Verdicts about the rules apply to every attached parent.
+    for p in &mut parents {
+        let attached = p.hostnames.is_some();
+        match &content {
+            Some((resolved, refused, partial)) if attached => {
+                if let Some(refused) = refused {
+                    p.verdicts[0] = refused.clone();
+                    p.hostnames = None;
+                }
+                p.verdicts.push(resolved.clone());
+                p.verdicts.extend(partial.clone());
+            }
+            _ => p
+                .verdicts
+                .push(Verdict::ok("ResolvedRefs", "all references resolve")),
+        }
+        if p.hostnames.is_some()
+            && let Some(sharing) = model
+                .gateways
+                .get(&p.gateway)
+                .and_then(|g| g.sharing.as_ref())
+        {
+            p.verdicts.push(sharing.route_verdict());
+        }
+        if p.hostnames.is_some()
+            && let Some(gw) = model.gateways.get_mut(&p.gateway)
+        {
+            count_attachment(gw, route, p);
+        }
+    }
+    for p in parents.iter().filter(|p| p.hostnames.is_some()) {
+        for svc in &services {
+            uses.entry(svc.clone())
+                .or_default()
+                .insert(p.gateway.clone());
+        }
+    }
+    model.routes.push(RouteOutcome {
+        id: route.id.clone(),
+        generation: route.generation,
+        resource_version: route.resource_version.clone(),
+        current_parents: route.current_parents.clone(),
+        parents,
+    });
+}
+
+/// Every RequestRedirect of `rules` gets the listener port: with neither scheme nor port, the
+/// specification makes it the redirect port. The data plane cannot tell which listener a request
+/// came through (cloudflared sends every hostname to the same proxy port), so a route attached
+/// to listeners with different ports uses the lowest of them.
+fn set_listener_port(rules: &mut [config::HttpRule], port: i32) {
+    let Ok(port) = u16::try_from(port) else {
+        return;
+    };
+    for rule in rules {
+        for f in &mut rule.filters {
+            if let config::Filter::RequestRedirect(r) = f {
+                r.listener_port = Some(port);
+            }
+        }
+    }
+}
+
+/// Whether a route attaches to a Gateway through a parentRef, and with which hostnames and the
+/// lowest port of the listeners it attached to.
+fn attach(
+    route: &RouteView,
+    gw: &GatewayOutcome,
+    pref: &ParentRef,
+    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+) -> (Verdict, Option<(Vec<String>, i32)>) {
+    let (section, port) = (pref.section_name.as_deref(), pref.port);
+    if let Some(v) = &gw.route_refusal {
+        return (v.clone(), None);
+    }
+    if gw.partition.is_none() {
+        return (
+            Verdict::fail(
+                "Accepted",
+                "Pending",
+                format!(
+                    "Gateway {} is not accepted: {}",
+                    ObjKey::of(gw.gateway.as_ref()),
+                    gw.accepted.message
+                ),
+            ),
+            None,
+        );
+    }
+    let candidates: Vec<(&GatewayListeners, &ListenerOutcome)> = gw
+        .gateway
+        .spec
+        .listeners
+        .iter()
+        .zip(&gw.listeners)
+        .filter(|(l, _)| section.is_none_or(|s| s == l.name))
+        .filter(|(l, _)| port.is_none_or(|p| p == l.port))
+        .collect();
+    if candidates.is_empty() {
+        return (
+            Verdict::fail(
+                "Accepted",
+                "NoMatchingParent",
+                format!(
+                    "Gateway {} has no listener{}{}",
+                    ObjKey::of(gw.gateway.as_ref()),
+                    section.map(|s| format!(" named {s}")).unwrap_or_default(),
+                    port.map(|p| format!(" on port {p}")).unwrap_or_default()
+                ),
+            ),
+            None,
+        );
+    }
+    let allowed: Vec<&GatewayListeners> = candidates
+        .iter()
+        .filter(|(l, out)| {
+            out.usable
+                && out.supported_kinds.contains(&route.id.kind.as_str())
+                && namespace_allowed(l, &gw.gateway, &route.id.key.namespace, namespaces)
+        })
+        .map(|(l, _)| *l)
+        .collect();
+    if allowed.is_empty() {
+        return (
+            Verdict::fail(
+                "Accepted",
+                "NotAllowedByListeners",
+                format!(
+                    "no listener of Gateway {} allows {} from namespace {} (see the listeners' allowedRoutes)",
+                    ObjKey::of(gw.gateway.as_ref()),
+                    route.id.kind.as_str(),
+                    route.id.key.namespace
+                ),
+            ),
+            None,
+        );
+    }
+    let mut any = false;
+    let mut hosts = BTreeSet::new();
+    let mut port = i32::MAX;
+    for l in &allowed {
+        if let Some(h) = hostnames::intersect(l.hostname.as_deref(), &route.hostnames) {
+            if h.is_empty() {
+                any = true;
+            }
+            hosts.extend(h);
+            port = port.min(l.port);
+        }
+    }
+    if !any && hosts.is_empty() {
+        return (
+            Verdict::fail(
+                "Accepted",
+                "NoMatchingListenerHostname",
+                format!(
+                    "none of the route's hostnames ({}) matches a listener hostname of Gateway {}",
+                    route.hostnames.join(", "),
+                    ObjKey::of(gw.gateway.as_ref())
+                ),
+            ),
+            None,
+        );
+    }
+    (
+        Verdict::ok("Accepted", "the route is accepted"),
+        Some((
+            if any {
+                Vec::new()
+            } else {
+                hosts.into_iter().collect()
+            },
+            port,
+        )),
+    )
+}
+
+fn namespace_allowed(
+    l: &GatewayListeners,
+    gw: &Gateway,
+    route_ns: &str,
+    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+) -> bool {
+    let ns = l
+        .allowed_routes
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref());
+    match ns.and_then(|n| n.from.clone()) {
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
+            let Some(sel) = ns.and_then(|n| n.selector.as_ref()) else {
+                return false;
+            };
+            let labels = namespaces
+                .get(route_ns)
+                .and_then(|n| n.metadata.labels.clone())
+                .unwrap_or_default();
+            let labels_ok = sel
+                .match_labels
+                .iter()
+                .flatten()
+                .all(|(k, v)| labels.get(k) == Some(v));
+            let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
+                let has = labels.get(&e.key);
+                let values = e.values.clone().unwrap_or_default();
+                match e.operator.as_str() {
+                    "In" => has.is_some_and(|v| values.contains(v)),
+                    "NotIn" => has.is_none_or(|v| !values.contains(v)),
+                    "Exists" => has.is_some(),
+                    "DoesNotExist" => has.is_none(),
+                    _ => false,
+                }
+            });
+            labels_ok && exprs_ok
+        }
+        _ => gw.namespace().as_deref() == Some(route_ns),
+    }
+}
+
+/// Counts the route on each listener it attached through.
+fn count_attachment(gw: &mut GatewayOutcome, route: &RouteView, parent: &ParentOutcome) {
+    let section = parent.parent_ref.section_name.as_deref();
+    let port = parent.parent_ref.port;
+    let gateway = gw.gateway.clone();
+    for (l, out) in gateway.spec.listeners.iter().zip(gw.listeners.iter_mut()) {
+        let matches = out.usable
+            && section.is_none_or(|s| s == l.name)
+            && port.is_none_or(|p| p == l.port)
+            && out.supported_kinds.contains(&route.id.kind.as_str())
+            && hostnames::intersect(l.hostname.as_deref(), &route.hostnames).is_some();
+        if matches {
+            out.attached_routes += 1;
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Gateways of this controller's classes and their listeners: which are accepted and
+//! programmed, where their routes go (the shared plane, or a dedicated one as
+//! [`crate::dedicated`] decides), and which listeners routes may attach to.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gateway_api::apis::standard::gateways::{Gateway, GatewayListeners};
+use kube::ResourceExt;
+
+use super::classes::{ClassSettings, Classes};
+use super::types::{GatewayOutcome, ListenerOutcome, Model, Plane};
+use crate::conditions::Verdict;
+use crate::dedicated::claims;
+use crate::dedicated::{self, ClassPolicy, Decision, Verification};
+use crate::keys::{GATEWAY_GROUP, ObjKey, PartitionKey};
+use crate::names::{self, PlaneNames};
+use crate::translate::{self, BackendIndex};
+use crate::world::Snapshot;
+
+/// Decides every Gateway of `classes` into `model`: dedicated planes first (one decision per
+/// class over all its Gateways with a parametersRef), then each Gateway's outcome.
+pub(super) fn decide(
+    snap: &Snapshot,
+    classes: &Classes,
+    verifications: &BTreeMap<String, Verification>,
+    idx: &BackendIndex,
+    model: &mut Model,
+) {
+    let class_settings = &classes.accepted;
+    let mut decisions: BTreeMap<ObjKey, Decision> = BTreeMap::new();
+    for (class, cs) in class_settings {
+        let dedicated: Vec<Arc<Gateway>> = snap
+            .gateways
+            .iter()
+            .filter(|g| g.spec.gateway_class_name == *class)
+            .filter(|g| {
+                g.spec
+                    .infrastructure
+                    .as_ref()
+                    .and_then(|i| i.parameters_ref.as_ref())
+                    .is_some()
+            })
+            .cloned()
+            .collect();
+        decisions.extend(dedicated::decide(
+            &dedicated,
+            snap,
+            &ClassPolicy {
+                class_tunnel: &cs.tunnel_id,
+                credentials: &cs.credentials,
+                allow_shared_tunnels: cs.allow_shared_tunnels,
+                max_per_namespace: cs.max_per_namespace,
+            },
+            verifications,
+            &mut model.verify_requests,
+        ));
+    }
+
+    for gw in &snap.gateways {
+        if !classes.ours.contains(&gw.spec.gateway_class_name) {
+            continue;
+        }
+        let key = ObjKey::of(gw.as_ref());
+        let outcome = gateway_outcome(
+            gw,
+            class_settings.get(&gw.spec.gateway_class_name),
+            decisions.get(&key),
+            snap,
+            idx,
+        );
+        model.gateways.insert(key, outcome);
+    }
+}
+
+const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
+
+fn gateway_outcome(
+    gw: &Arc<Gateway>,
+    class: Option<&ClassSettings>,
+    decision: Option<&Decision>,
+    snap: &Snapshot,
+    idx: &BackendIndex,
+) -> GatewayOutcome {
+    let listeners = listener_outcomes(&gw.spec.listeners);
+    let (client_cert, resolved_refs) = translate::gateway_client_cert(gw, idx);
+    let usable = listeners.iter().filter(|l| l.usable).count();
+    let key = ObjKey::of(gw.as_ref());
+    let mut out = GatewayOutcome {
+        gateway: gw.clone(),
+        accepted: Verdict::ok("Accepted", "the Gateway is accepted"),
+        programmed: Verdict::ok("Programmed", "routes are served by the shared data plane"),
+        resolved_refs,
+        listeners,
+        addresses: Vec::new(),
+        partition: None,
+        tunnel: None,
+        client_cert,
+        plane: Plane::Shared,
+        route_refusal: None,
+        accepted_event: None,
+        sharing: None,
+        credentials: class.map(|c| c.credentials.clone()),
+    };
+    let refuse = |out: &mut GatewayOutcome, v: Verdict| {
+        out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());
+        out.accepted = v;
+    };
+    if let Some(a) = gw.spec.addresses.as_ref().filter(|a| !a.is_empty()) {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "UnsupportedAddress",
+                format!(
+                    "spec.addresses ({} given) is not supported: the address is the tunnel's <tunnel-id>.cfargotunnel.com",
+                    a.len()
+                ),
+            ),
+        );
+        return out;
+    }
+    let Some(class) = class else {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "InvalidParameters",
+                format!(
+                    "GatewayClass {} is not accepted; see its status",
+                    gw.spec.gateway_class_name
+                ),
+            ),
+        );
+        return out;
+    };
+    match decision {
+        None => {
+            out.addresses = vec![claims::tunnel_address(&class.tunnel_id)];
+            out.partition = Some(PartitionKey::Shared);
+            out.tunnel = Some(class.tunnel_id.clone());
+        }
+        Some(Decision::Serve { resolved, sharing }) => {
+            let tunnel = resolved.token.tunnel_id().to_ascii_lowercase();
+            out.addresses = claims::status_addresses(gw, Some(&tunnel));
+            out.partition = Some(PartitionKey::Dedicated(key.clone()));
+            out.tunnel = Some(tunnel);
+            out.credentials = Some(resolved.credentials.clone());
+            out.sharing = sharing.clone();
+            out.programmed = plane_programmed(gw, snap);
+            out.plane = Plane::Serve(resolved.clone());
+        }
+        Some(Decision::Keep { tunnel, accepted }) => {
+            out.addresses = claims::status_addresses(gw, Some(tunnel));
+            out.plane = Plane::Keep;
+            out.route_refusal = Some(Verdict::fail(
+                "Accepted",
+                accepted.reason.clone(),
+                format!(
+                    "parent Gateway {key} takes no new configuration (its data plane keeps serving the last one): {}",
+                    accepted.message
+                ),
+            ));
+            refuse(&mut out, accepted.clone());
+            out.accepted_event = Some("RenderFailed");
+            return out;
+        }
+        Some(Decision::Refuse {
+            accepted,
+            programmed,
+            route,
+            event,
+        }) => {
+            out.addresses = claims::status_addresses(gw, None);
+            out.plane = Plane::Remove;
+            out.route_refusal = Some(route.clone());
+            out.accepted = accepted.clone();
+            out.programmed = programmed.clone();
+            out.accepted_event = Some(event);
+            return out;
+        }
+    }
+    if usable == 0 {
+        refuse(
+            &mut out,
+            Verdict::fail(
+                "Accepted",
+                "ListenersNotValid",
+                "no listener is valid; see the listener conditions",
+            ),
+        );
+        out.partition = None;
+        out.tunnel = None;
+    } else if usable < out.listeners.len() {
+        out.accepted = Verdict::new(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not valid; see the listener conditions",
+        );
+    }
+    out
+}
+
+/// `Programmed` of a dedicated Gateway: True once its Deployment reports a ready replica.
+fn plane_programmed(gw: &Gateway, snap: &Snapshot) -> Verdict {
+    let ns = gw.namespace().unwrap_or_default();
+    let name = PlaneNames::for_gateway(&gw.name_any()).deployment;
+    let ready = snap
+        .deployments
+        .iter()
+        .find(|d| d.namespace().as_deref() == Some(ns.as_str()) && d.name_any() == name)
+        .filter(|d| names::owned_by_gateway(&d.metadata, gw))
+        .and_then(|d| d.status.as_ref().and_then(|s| s.ready_replicas))
+        .unwrap_or(0);
+    if ready > 0 {
+        Verdict::ok(
+            "Programmed",
+            format!("the dedicated data plane {ns}/{name} has {ready} ready replica(s)"),
+        )
+    } else {
+        Verdict::fail(
+            "Programmed",
+            "Pending",
+            format!(
+                "waiting for a ready replica of the dedicated data plane Deployment {ns}/{name}"
+            ),
+        )
+    }
+}
+
+fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
+    let mut seen: BTreeMap<(i32, String), String> = BTreeMap::new();
+    listeners
+        .iter()
+        .map(|l| {
+            let mut kinds: Vec<&'static str> = Vec::new();
+            let mut invalid_kinds = Vec::new();
+            match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
+                Some(asked) if !asked.is_empty() => {
+                    for k in asked {
+                        let group_ok = k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP;
+                        match SUPPORTED_KINDS.iter().find(|s| **s == k.kind) {
+                            Some(s) if group_ok => kinds.push(s),
+                            _ => invalid_kinds.push(format!(
+                                "{}/{}",
+                                k.group.as_deref().unwrap_or(GATEWAY_GROUP),
+                                k.kind
+                            )),
+                        }
+                    }
+                }
+                _ => kinds.extend(SUPPORTED_KINDS),
+            }
+            let protocol_ok = l.protocol == "HTTP";
+            let host_key = (
+                l.port,
+                l.hostname.clone().unwrap_or_default().to_ascii_lowercase(),
+            );
+            let conflict = protocol_ok
+                .then(|| seen.get(&host_key).cloned())
+                .flatten();
+            if protocol_ok && conflict.is_none() {
+                seen.insert(host_key, l.name.clone());
+            }
+            let mut verdicts = Vec::new();
+            let accepted = if !protocol_ok {
+                Verdict::fail(
+                    "Accepted",
+                    "UnsupportedProtocol",
+                    format!(
+                        "protocol {} is not supported: Cloudflare terminates TLS at the edge and the tunnel carries HTTP; use protocol HTTP",
+                        l.protocol
+                    ),
+                )
+            } else {
+                Verdict::ok("Accepted", "the listener is accepted")
+            };
+            let resolved = if invalid_kinds.is_empty() {
+                Verdict::ok("ResolvedRefs", "all references resolve")
+            } else {
+                Verdict::fail(
+                    "ResolvedRefs",
+                    "InvalidRouteKinds",
+                    format!(
+                        "unsupported route kinds {}: supported are HTTPRoute and GRPCRoute",
+                        invalid_kinds.join(", ")
+                    ),
+                )
+            };
+            let conflicted = match &conflict {
+                Some(other) => Verdict::new(
+                    "Conflicted",
+                    true,
+                    "HostnameConflict",
+                    format!("listener {other} already serves this port and hostname"),
+                ),
+                None => Verdict::new("Conflicted", false, "NoConflicts", "no conflicts"),
+            };
+            let usable = protocol_ok && conflict.is_none() && !kinds.is_empty();
+            let programmed = if usable {
+                Verdict::ok("Programmed", "the listener is programmed")
+            } else {
+                Verdict::fail("Programmed", "Invalid", "the listener is not valid")
+            };
+            verdicts.extend([accepted, resolved, conflicted, programmed]);
+            ListenerOutcome {
+                name: l.name.clone(),
+                supported_kinds: kinds,
+                verdicts,
+                attached_routes: 0,
+                usable,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,177 @@
+//! The model's vocabulary: what the controller is configured with, and the outcome types of
+//! one snapshot's decisions ([`Model`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
+use gateway_api::apis::standard::gatewayclasses::GatewayClass;
+use gateway_api::apis::standard::gateways::{Gateway, GatewayStatusAddresses};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::Serialize;
+use tunnel_config::config::Config;
+
+use crate::api::GatewayClassConfig;
+use crate::conditions::Verdict;
+use crate::credentials::Credentials;
+use crate::dedicated::claims::Sharing;
+use crate::dedicated::{Resolved, VerifyRequest};
+use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId};
+use crate::translate;
+
+/// Condition type set on routes while their partition's pushes keep failing.
+pub const PROXY_CONFIG_PUSHED: &str = "cf.k8s.lex.la/ProxyConfigPushed";
+/// The finalizer on a GatewayClass while Gateways use it (Gateway API convention).
+pub const CLASS_FINALIZER: &str = "gateway-exists-finalizer.gateway.networking.k8s.io";
+
+/// What the controller is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `spec.controllerName` of the GatewayClasses this controller serves.
+    pub controller_name: String,
+    /// The controller's namespace (default namespace of class credentials, shared plane).
+    pub namespace: String,
+    /// The shared plane's headless config Service (in `namespace`).
+    pub shared_plane_service: String,
+    /// The Secret (in `namespace`, key `auth-token`) with the shared plane's config-API token.
+    pub shared_plane_auth_secret: String,
+}
+
+/// One of our GatewayClasses.
+#[derive(Debug, Clone)]
+pub struct ClassOutcome {
+    pub class: Arc<GatewayClass>,
+    pub accepted: Verdict,
+    /// Whether Gateways use it (the finalizer must be present).
+    pub in_use: bool,
+}
+
+/// A GatewayClassConfig's own status.
+#[derive(Debug, Clone)]
+pub struct ClassConfigOutcome {
+    pub config: Arc<GatewayClassConfig>,
+    pub verdicts: Vec<Verdict>,
+}
+
+/// A listener's status.
+#[derive(Debug, Clone)]
+pub struct ListenerOutcome {
+    pub name: String,
+    pub supported_kinds: Vec<&'static str>,
+    pub verdicts: Vec<Verdict>,
+    pub attached_routes: i32,
+    /// Routes may attach (valid, not conflicted).
+    pub(super) usable: bool,
+}
+
+/// A Gateway of one of our classes.
+#[derive(Debug, Clone)]
+pub struct GatewayOutcome {
+    pub gateway: Arc<Gateway>,
+    pub accepted: Verdict,
+    pub programmed: Verdict,
+    /// The backend client certificate's verdict.
+    pub resolved_refs: Verdict,
+    pub listeners: Vec<ListenerOutcome>,
+    /// `status.addresses`: `<tunnel-id>.cfargotunnel.com` of the tunnel it serves (or keeps).
+    pub addresses: Vec<GatewayStatusAddresses>,
+    /// Where its routes go; `None` when nothing is delivered.
+    pub partition: Option<PartitionKey>,
+    /// The tunnel whose ingress document lists its routes' hostnames.
+    pub tunnel: Option<String>,
+    /// The credentials that write that tunnel's document.
+    pub credentials: Option<Credentials>,
+    /// What to do with its dedicated plane's objects.
+    pub plane: Plane,
+    /// What its routes say on this parent when it serves nothing.
+    pub route_refusal: Option<Verdict>,
+    /// The Warning Event reason when `Accepted` turns False (default: the condition's reason).
+    pub accepted_event: Option<&'static str>,
+    /// Other dedicated Gateways on its tunnel.
+    pub sharing: Option<Sharing>,
+    pub(super) client_cert: Option<translate::ClientCert>,
+}
+
+/// A Gateway's dedicated plane, as this round wants it.
+#[derive(Debug, Clone)]
+pub enum Plane {
+    /// Served by the shared plane: owned plane objects (from an earlier parametersRef) go.
+    Shared,
+    /// Render, apply, heal drift.
+    Serve(Box<Resolved>),
+    /// Leave the running plane as it is (post-render breakage).
+    Keep,
+    /// Refused: owned plane objects go.
+    Remove,
+}
+
+/// One parentRef of a route that names a Gateway of ours.
+#[derive(Debug, Clone)]
+pub struct ParentOutcome {
+    /// The parentRef as written in status (`group`, `kind`, `namespace` spelled out).
+    pub parent_ref: ParentRef,
+    pub gateway: ObjKey,
+    /// `Accepted` first, then `ResolvedRefs`, then optional extras.
+    pub verdicts: Vec<Verdict>,
+    /// Hostnames the route serves through this parent (empty: any host); `None` when not
+    /// attached.
+    pub hostnames: Option<Vec<String>>,
+}
+
+/// A route and its parents of ours.
+#[derive(Debug, Clone)]
+pub struct RouteOutcome {
+    pub id: RouteId,
+    pub generation: Option<i64>,
+    pub resource_version: Option<String>,
+    /// The current `status.parents` entries (ours and other controllers').
+    pub current_parents: Vec<RouteParentStatus>,
+    pub parents: Vec<ParentOutcome>,
+}
+
+/// One `status.parents` entry of a route, as Gateway API's `RouteParentStatus`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    pub parent_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}
+
+/// What one partition's proxies should hold.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionPlan {
+    /// The route table (version 0; the pusher stamps versions).
+    pub doc: Config,
+}
+
+/// A BackendTLSPolicy in use by routes of ours: its verdicts, under each Gateway (ancestor)
+/// whose routes reach a Service it targets.
+#[derive(Debug, Clone)]
+pub struct PolicyOutcome {
+    pub policy: Arc<BackendTlsPolicy>,
+    pub verdicts: Vec<Verdict>,
+    pub ancestors: BTreeSet<ObjKey>,
+}
+
+/// One tunnel's ingress document input.
+#[derive(Debug, Clone)]
+pub struct TunnelPlan {
+    pub credentials: Credentials,
+    /// Hostnames in priority order (oldest route first), with the route that brings each.
+    pub hostnames: Vec<(String, RouteId)>,
+}
+
+/// Everything decided for one snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    /// Tunnel claims to verify with the Cloudflare API before they can be served.
+    pub verify_requests: Vec<VerifyRequest>,
+    pub classes: Vec<ClassOutcome>,
+    pub policies: Vec<PolicyOutcome>,
+    pub class_configs: Vec<ClassConfigOutcome>,
+    pub gateways: BTreeMap<ObjKey, GatewayOutcome>,
+    pub routes: Vec<RouteOutcome>,
+    pub partitions: BTreeMap<PartitionKey, PartitionPlan>,
+    pub tunnels: BTreeMap<String, TunnelPlan>,
+}

@@ -1,0 +1,153 @@
+//! The live table's decision for a request head: answer locally (no route, a redirect, a
+//! configured status) or forward to a chosen backend. Shared by both paths.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::StatusCode;
+use http::Version;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use tracing::debug;
+
+use super::answer::{Local, bad_request, local, not_found};
+use super::headers::forwarded_proto;
+use crate::metrics::HostMetrics;
+use crate::table::{Action, Backend, RouteTable, Rule, Target};
+use crate::upstream::Upstream;
+use tunnel_config::filters::RedirectInput;
+use tunnel_config::routing::{self, RequestView};
+
+/// What the live table says to do with a request.
+pub(crate) enum Decision<'t> {
+    /// Answer without a backend; the rule's response header changes are applied.
+    Respond(Local),
+    /// Forward to a backend; the caller applies the rule's response header changes to the
+    /// backend's answer.
+    Forward(Routed<'t>),
+}
+
+/// A request routed to a backend.
+pub(crate) struct Routed<'t> {
+    pub rule: &'t Rule,
+    pub backend: &'t Backend,
+    pub upstream: &'t Upstream,
+    /// The authority the request was routed by.
+    pub authority: HeaderValue,
+    pub matched_prefix: Option<&'t str>,
+}
+
+/// Routes a request head with `table` (`None`: no config loaded). `host` becomes the matched
+/// route's metrics.
+pub(crate) fn decide<'t>(
+    peer: SocketAddr,
+    parts: &Parts,
+    table: Option<&'t RouteTable>,
+    host_metrics: &mut Arc<HostMetrics>,
+) -> Decision<'t> {
+    let grpc = is_grpc(&parts.headers);
+    let authority = match routed_authority(parts) {
+        Ok(a) => a,
+        Err(why) => {
+            debug!(%peer, why, "refused request");
+            return Decision::Respond(bad_request(why));
+        }
+    };
+    let Some(host) = authority.to_str().ok().and_then(routing::normalize_host) else {
+        return Decision::Respond(local(StatusCode::BAD_REQUEST, "invalid host"));
+    };
+    let Some(table) = table else {
+        return Decision::Respond(not_found(grpc));
+    };
+    let view = RequestView {
+        host: &host,
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        method: &parts.method,
+        headers: &parts.headers,
+        grpc,
+    };
+    let Some(m) = table.table.lookup(&view) else {
+        return Decision::Respond(not_found(grpc));
+    };
+    if let Some(h) = table.host(m.hostname) {
+        *host_metrics = h.clone();
+    }
+    let rule: &Rule = m.rule;
+    let mut answer = match &rule.action {
+        Action::Respond(status) => local(*status, ""),
+        Action::Redirect(redirect) => {
+            let port = authority
+                .to_str()
+                .ok()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok());
+            let location = redirect.location(&RedirectInput {
+                scheme: forwarded_proto(&parts.headers),
+                host: &host,
+                port,
+                path: parts.uri.path(),
+                query: parts.uri.query(),
+                matched_prefix: m.matched_prefix,
+            });
+            let mut answer = local(redirect.status, "");
+            match HeaderValue::from_str(&location) {
+                Ok(v) => {
+                    answer.headers.insert(header::LOCATION, v);
+                }
+                Err(_) => answer.status = StatusCode::BAD_REQUEST,
+            }
+            answer
+        }
+        Action::Forward { choice, backends } => {
+            let backend = &backends[choice.pick(rand::random_range(0..choice.total()))];
+            match &backend.target {
+                Target::Fail(status) => local(*status, ""),
+                Target::Upstream(upstream) => {
+                    drop(host);
+                    return Decision::Forward(Routed {
+                        // The backendRef's own filters apply after the rule's, to this request.
+                        rule: backend.rule(rule),
+                        backend,
+                        upstream,
+                        authority,
+                        matched_prefix: m.matched_prefix,
+                    });
+                }
+            }
+        }
+    };
+    if let Some(modifier) = &rule.response_headers {
+        modifier.apply(&mut answer.headers);
+    }
+    Decision::Respond(answer)
+}
+
+/// The authority a request is routed by: `Host` for HTTP/1, `:authority` (or `Host`) for
+/// HTTP/2. Ambiguity is refused rather than resolved, so no header or request-target form
+/// can make the proxy route by a name other than the one a front proxy checked.
+fn routed_authority(req: &Parts) -> Result<HeaderValue, &'static str> {
+    let headers = &req.headers;
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err("more than one Host header");
+    }
+    let uri_authority = req.uri.authority().map(|a| a.as_str());
+    match (req.version, host, uri_authority) {
+        (Version::HTTP_2, None, Some(a)) => {
+            HeaderValue::from_str(a).map_err(|_| "invalid :authority")
+        }
+        (_, Some(h), None) => Ok(h.clone()),
+        (_, Some(h), Some(a)) if h.as_bytes().eq_ignore_ascii_case(a.as_bytes()) => Ok(h.clone()),
+        (_, Some(_), Some(_)) => Err("request target authority differs from Host"),
+        (_, None, _) => Err("missing Host"),
+    }
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
