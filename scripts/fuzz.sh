@@ -13,6 +13,12 @@
 # (fuzz/seeds/TARGET) and grows a local corpus (fuzz/corpus/TARGET, not committed); a failing
 # input is written to fuzz/artifacts/TARGET/ and fails the run. cargo-fuzz is installed once,
 # cached by version under $CACHE_ROOT/tools (~/.cache/kube-tenancy/tools).
+#
+# The instrumented build goes to FUZZ_TARGET_DIR, by default a cache directory outside the
+# checkout keyed by the compiler version ($CACHE_ROOT/fuzz-target/rustc-<version>): a fresh
+# clone on the same machine (CI) reuses the dependencies built before instead of a cold build;
+# a new toolchain starts a new directory (delete the old ones). The run logs are written there
+# too (logs/TARGET.log).
 set -euo pipefail
 
 CARGO_FUZZ_VERSION=${CARGO_FUZZ_VERSION:-0.13.2}
@@ -39,8 +45,10 @@ targets() {
   sed -n '/^\[\[bin\]\]/,/^$/s/^name = "\(.*\)"$/\1/p' "$FUZZ_DIR/Cargo.toml"
 }
 
+FUZZ_TARGET_DIR=${FUZZ_TARGET_DIR:-$CACHE_ROOT/fuzz-target/rustc-$(cd "$FUZZ_DIR" && rustc -V | cut -d' ' -f2)}
+
 # Stable Rust: no sanitizer (ASan needs nightly); debug assertions and overflow checks stay on.
-FUZZ_FLAGS=(--sanitizer none)
+FUZZ_FLAGS=(--sanitizer none --target-dir "$FUZZ_TARGET_DIR")
 
 build() {
   local cf; cf=$(cargo_fuzz)
@@ -50,10 +58,10 @@ build() {
 run() {
   local target=$1 seconds=$2 cf; cf=$(cargo_fuzz)
   [ -d "$FUZZ_DIR/seeds/$target" ] || die "no seeds for $target (fuzz/seeds/$target)"
-  mkdir -p "$FUZZ_DIR/corpus/$target" "$FUZZ_DIR/target"
-  local dict=() out="$FUZZ_DIR/target/$target.log"
+  mkdir -p "$FUZZ_DIR/corpus/$target" "$FUZZ_TARGET_DIR/logs"
+  local dict=() out="$FUZZ_TARGET_DIR/logs/$target.log"
   [ -f "$FUZZ_DIR/dicts/$target.dict" ] && dict=(-dict="$FUZZ_DIR/dicts/$target.dict")
-  log "$target: ${seconds}s (output in ${out#"$ROOT/"})"
+  log "$target: ${seconds}s (output in $out)"
   # -timeout: an input taking over 10 s is a hang; -rss_limit_mb: a leak or a blow-up.
   if (cd "$ROOT" && "$cf" run "${FUZZ_FLAGS[@]}" "$target" \
     "$FUZZ_DIR/corpus/$target" "$FUZZ_DIR/seeds/$target" -- \
@@ -63,7 +71,7 @@ run() {
       "corpus of $(find "$FUZZ_DIR/corpus/$target" -type f | wc -l)"
   else
     grep -v '^#[0-9]' "$out" | tail -n 60 >&2
-    log "$target: FAILED (full output: ${out#"$ROOT/"})"
+    log "$target: FAILED (full output: $out)"
     return 1
   fi
 }

@@ -1,4 +1,4 @@
-//! The answer-ownership scanner (`resource_proxy::answer_owner`) against the serde model it
+//! The answer-ownership scanner (`resource_proxy::tenancy::answer_owner`) against the serde model it
 //! replaced (its test oracle): both give the same verdict on any body, except where the module
 //! documents the scanner as stricter (invalid UTF-8, a struct written as a JSON array), and
 //! there the scanner refuses.
@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use resource_proxy::answer_owner::{is_owned_answer, reference::is_owned_answer_serde};
-use resource_proxy::labels::OwnerLabels;
+use resource_proxy::tenancy::answer_owner::{is_owned_answer, reference::is_owned_answer_serde};
+use resource_proxy::tenancy::labels::OwnerLabels;
 use serde_json::value::RawValue;
 
 fuzz_target!(|body: &[u8]| {

@@ -5,10 +5,10 @@
 //! parses to those parts whatever alphabet or padding wrote it.
 #![no_main]
 
+use arbitrary::{Arbitrary, Unstructured};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use cloudflare_api::{ConnectorToken, is_account_id, is_uuid};
-use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 
 const ENGINES: [base64::engine::GeneralPurpose; 4] =

@@ -1,4 +1,4 @@
-//! The label-selector parser (`resource_proxy::selector`): any text either parses or gives the
+//! The label-selector parser (`resource_proxy::tenancy::selector`): any text either parses or gives the
 //! API server's error, never a panic; a parsed selector re-rendered parses to the same
 //! selector and renders the same again; the selector sent to the target (the caller's ANDed
 //! with the owner's) parses back to exactly that conjunction, so it never matches labels
@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use resource_proxy::labels::OwnerLabels;
-use resource_proxy::selector::{Operator, Selector, scope_query, scoped_selector};
+use resource_proxy::tenancy::labels::OwnerLabels;
+use resource_proxy::tenancy::selector::{Operator, Selector, scope_query, scoped_selector};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -1,4 +1,4 @@
-//! The owner-label body rewriting (`resource_proxy::labels::inject`) for every content type it
+//! The owner-label body rewriting (`resource_proxy::tenancy::labels::inject`) for every content type it
 //! takes (JSON and YAML objects, merge patch, JSON patch, server-side apply): never a panic; a
 //! rewritten body is JSON that carries the owner labels, as the module documents it:
 //! - an object (create, update, apply) has both labels in `metadata.labels` and keeps its other
@@ -16,10 +16,10 @@
 use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
-use resource_proxy::labels::{
+use resource_proxy::tenancy::labels::{
     BodyKind, Injection, LabelError, LabelsBefore, OwnerLabels, Unrewritable, inject,
 };
-use resource_proxy::selector::is_owned_object;
+use resource_proxy::tenancy::selector::is_owned_object;
 use serde_json::{Value, json};
 
 const TYPES: &[(BodyKind, Option<&str>)] = &[

@@ -1,18 +1,42 @@
-//! The tunnel-proxy config compiler (`tunnel_proxy::compile`): any document either parses and
-//! compiles or is refused with a path, never a panic; a parsed document written back parses
-//! to the same document; `validate` refuses exactly what `compile` refuses; a compiled
-//! document routes deterministically (two compilations pick the same rule for the same
-//! request), and a request for the exact path (or prefix) of a plain HTTP match of a route,
-//! on one of its hosts admitted by the listeners, is routed.
+//! The tunnel gateway's config compiler (`tunnel_config::compile`): any document either parses
+//! and compiles or is refused with a path, never a panic; a parsed document written back parses
+//! to the same document; `validate` refuses exactly what `compile` (with a [`Build`] that checks
+//! each backend with `backend::check`, as the proxy's does by building it) refuses, with the same
+//! error; a compiled document routes deterministically (two compilations pick the same rule for
+//! the same request), every match's hostname label has its state in the table, and a request
+//! for the exact path (or prefix) of a plain HTTP match of a route, on one of its hosts admitted
+//! by the listeners, is routed.
 #![no_main]
 
 use http::{HeaderMap, Method};
 use libfuzzer_sys::fuzz_target;
-use tunnel_proxy::compile::{self, RouteTable};
-use tunnel_proxy::config::{Config, PathMatchType, Route};
-use tunnel_proxy::metrics::Metrics;
-use tunnel_proxy::routing::{HostPattern, RequestView, normalize_host};
-use tunnel_proxy::upstream::ClientCache;
+use tunnel_config::backend::{self, UpstreamError};
+use tunnel_config::compile::{self, Build};
+use tunnel_config::config::{BackendProtocol, BackendTls, Config, PathMatchType, Route};
+use tunnel_config::routing::{HostPattern, RequestView, RouteMatch, normalize_host};
+
+/// A compiled table of this target: nothing built per backend or per hostname.
+type RouteTable = compile::RouteTable<(), ()>;
+
+/// Checks every backend as the proxy's `Build` does before it makes its clients, and keeps
+/// nothing per hostname.
+struct Checked;
+
+impl Build for Checked {
+    type Upstream = ();
+    type Host = ();
+
+    fn upstream(
+        &mut self,
+        endpoints: &[String],
+        protocol: BackendProtocol,
+        tls: Option<&BackendTls>,
+    ) -> Result<(), UpstreamError> {
+        backend::check(endpoints, protocol, tls)
+    }
+
+    fn host(&mut self, _label: &str) {}
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(config) = compile::parse(data) else {
@@ -47,7 +71,16 @@ fuzz_target!(|data: &[u8]| {
             };
             let a = first.table.lookup(&req);
             let b = second.table.lookup(&req);
-            let pick = |t: &RouteTable, m: &Option<tunnel_proxy::routing::RouteMatch<'_, _>>| {
+            for (t, m) in [(&first, &a), (&second, &b)] {
+                if let Some(m) = m {
+                    assert!(
+                        t.host(m.hostname).is_some(),
+                        "{host} {path}: no state for the label {}",
+                        m.hostname
+                    );
+                }
+            }
+            let pick = |t: &RouteTable, m: &Option<RouteMatch<'_, _>>| {
                 m.as_ref().map(|m| {
                     let rule = t.table.rules().iter().position(|r| std::ptr::eq(r, m.rule));
                     (
@@ -69,13 +102,11 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Compiles `config` outside any runtime (no background task), checking it agrees with
-/// `validate`.
+/// Compiles `config` with [`Checked`], checking it agrees with `validate`.
 fn compiled(config: &Config, validated: &Result<(), compile::CompileError>) -> Option<RouteTable> {
-    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
-    let result = compile::compile(config, &metrics, &mut ClientCache::default());
+    let result = compile::compile(config, &mut Checked);
     match (result, validated) {
-        (Ok((table, _)), Ok(())) => Some(table),
+        (Ok(table), Ok(())) => Some(table),
         (Err(a), Err(b)) => {
             assert_eq!(&a, b);
             None
@@ -116,16 +147,16 @@ fn probes(config: &Config) -> Vec<(String, String, bool)> {
                         let default = rule.matches.is_empty().then_some(("/", true));
                         rule.matches
                             .iter()
-                            .filter_map(|m| {
+                            .map(|m| {
                                 let plain = m.headers.is_empty()
                                     && m.query_params.is_empty()
                                     && m.method.is_none();
                                 match &m.path {
-                                    None => Some(("/", plain)),
-                                    Some(p) if p.kind != PathMatchType::RegularExpression => {
-                                        Some((p.value.as_str(), plain))
-                                    }
-                                    Some(p) => Some((p.value.as_str(), false)),
+                                    None => ("/", plain),
+                                    Some(p) => (
+                                        p.value.as_str(),
+                                        plain && p.kind != PathMatchType::RegularExpression,
+                                    ),
                                 }
                             })
                             .chain(default)

@@ -80,7 +80,11 @@ pub fn response_framing(
         ContentLength::Conflicting => return Err(FramingError::ConflictingLength),
     };
     let status = head.status;
-    let mut keep_alive = head.minor_version == 1 && !fields.close;
+    // Both Content-Length and Transfer-Encoding: the connection is not trusted again, whether
+    // or not this response has a body.
+    let mut keep_alive = head.minor_version == 1
+        && !fields.close
+        && !(length.is_some() && fields.transfer_encoding.is_some());
     let framing = if *request_method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -88,10 +92,7 @@ pub fn response_framing(
     {
         Framing::Empty
     } else if let Some(coding) = fields.transfer_encoding {
-        // Both: Transfer-Encoding wins, and the connection is not trusted again.
-        if length.is_some() {
-            keep_alive = false;
-        }
+        // Transfer-Encoding wins over Content-Length.
         match coding {
             TransferCoding::Chunked => Framing::Chunked,
             TransferCoding::Other => Framing::CloseDelimited,

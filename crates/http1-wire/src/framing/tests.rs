@@ -124,6 +124,27 @@ fn rfc9112_6_3_transfer_encoding_overrides_content_length_and_the_connection_is_
     );
 }
 
+/// Found by the `http1_wire` fuzz target: a response without a body (to HEAD, 1xx, 204, 304)
+/// kept the connection although it had both fields.
+#[test]
+fn rfc9112_6_3_a_bodiless_response_with_both_length_and_encoding_does_not_reuse_the_connection() {
+    let both = "Content-Length: 3\r\nTransfer-Encoding: chnuugd\r\n\r\n";
+    for (status, method) in [
+        ("200 OK", Method::HEAD),
+        ("204 No Content", Method::GET),
+        ("304 Not Modified", Method::GET),
+    ] {
+        assert_eq!(
+            response(&format!("HTTP/1.1 {status}\r\n{both}"), &method),
+            Ok(ResponseFraming {
+                framing: Framing::Empty,
+                keep_alive: false
+            }),
+            "{status} to {method}"
+        );
+    }
+}
+
 #[test]
 fn rfc9112_6_3_a_response_whose_final_coding_is_not_chunked_runs_until_the_close() {
     assert_eq!(
