@@ -1,7 +1,7 @@
 //! The tunnel gateway's config compiler (`tunnel_config::compile`): any document either parses
 //! and compiles or is refused with a path, never a panic; a parsed document written back parses
-//! to the same document; `validate` refuses exactly what `compile` (with a [`Build`] that checks
-//! each backend with `backend::check`, as the proxy's does by building it) refuses, with the same
+//! to the same document; `validate` refuses exactly what `compile` (with [`Check`], which checks
+//! each backend with `backend::check`, as the proxy's `Build` does by building it) refuses, with the same
 //! error; a compiled document routes deterministically (two compilations pick the same rule for
 //! the same request), every match's hostname label has its state in the table, and a request
 //! for the exact path (or prefix) of a plain HTTP match of a route, on one of its hosts admitted
@@ -10,33 +10,13 @@
 
 use http::{HeaderMap, Method};
 use libfuzzer_sys::fuzz_target;
-use tunnel_config::backend::{self, UpstreamError};
-use tunnel_config::compile::{self, Build};
-use tunnel_config::config::{BackendProtocol, BackendTls, Config, PathMatchType, Route};
+use tunnel_config::compile::{self, Check};
+use tunnel_config::config::{Config, PathMatchType, Route};
 use tunnel_config::routing::{HostPattern, RequestView, RouteMatch, normalize_host};
 
 /// A compiled table of this target: nothing built per backend or per hostname.
 type RouteTable = compile::RouteTable<(), ()>;
 
-/// Checks every backend as the proxy's `Build` does before it makes its clients, and keeps
-/// nothing per hostname.
-struct Checked;
-
-impl Build for Checked {
-    type Upstream = ();
-    type Host = ();
-
-    fn upstream(
-        &mut self,
-        endpoints: &[String],
-        protocol: BackendProtocol,
-        tls: Option<&BackendTls>,
-    ) -> Result<(), UpstreamError> {
-        backend::check(endpoints, protocol, tls)
-    }
-
-    fn host(&mut self, _label: &str) {}
-}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(config) = compile::parse(data) else {
@@ -102,9 +82,9 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Compiles `config` with [`Checked`], checking it agrees with `validate`.
+/// Compiles `config` with [`Check`], checking it agrees with `validate`.
 fn compiled(config: &Config, validated: &Result<(), compile::CompileError>) -> Option<RouteTable> {
-    let result = compile::compile(config, &mut Checked);
+    let result = compile::compile(config, &mut Check);
     match (result, validated) {
         (Ok(table), Ok(())) => Some(table),
         (Err(a), Err(b)) => {

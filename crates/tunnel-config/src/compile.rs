@@ -124,8 +124,9 @@ pub trait Build {
     fn host(&mut self, label: &str) -> Self::Host;
 }
 
-/// The [`Build`] of [`validate`]: every check, nothing built.
-struct Check;
+/// The [`Build`] of [`validate`]: every check, nothing built (a table of it routes, but has no
+/// clients).
+pub struct Check;
 
 impl Build for Check {
     type Upstream = ();

@@ -163,11 +163,13 @@ struct RouteView {
     grpc: Option<Arc<GrpcRoute>>,
 }
 
-impl RouteView {
-    fn http(r: &Arc<HttpRoute>) -> RouteView {
+/// A [`RouteView`] of either route kind: their generated types differ, their fields do not.
+macro_rules! route_view {
+    ($route:expr, $kind:expr, http: $http:expr, grpc: $grpc:expr) => {{
+        let r = $route;
         RouteView {
             id: RouteId {
-                kind: RouteKind::Http,
+                kind: $kind,
                 key: ObjKey::of(r.as_ref()),
             },
             created: r.metadata.creation_timestamp.clone(),
@@ -191,41 +193,19 @@ impl RouteView {
                     conditions: p.conditions.clone(),
                 })
                 .collect(),
-            http: Some(r.clone()),
-            grpc: None,
+            http: $http,
+            grpc: $grpc,
         }
+    }};
+}
+
+impl RouteView {
+    fn http(r: &Arc<HttpRoute>) -> RouteView {
+        route_view!(r, RouteKind::Http, http: Some(r.clone()), grpc: None)
     }
 
     fn grpc(r: &Arc<GrpcRoute>) -> RouteView {
-        RouteView {
-            id: RouteId {
-                kind: RouteKind::Grpc,
-                key: ObjKey::of(r.as_ref()),
-            },
-            created: r.metadata.creation_timestamp.clone(),
-            generation: r.metadata.generation,
-            resource_version: r.metadata.resource_version.clone(),
-            hostnames: r.spec.hostnames.clone().unwrap_or_default(),
-            parent_refs: r
-                .spec
-                .parent_refs
-                .iter()
-                .flatten()
-                .map(ParentRef::from)
-                .collect(),
-            current_parents: r
-                .status
-                .iter()
-                .flat_map(|s| &s.parents)
-                .map(|p| RouteParentStatus {
-                    parent_ref: ParentRef::from(&p.parent_ref),
-                    controller_name: p.controller_name.clone(),
-                    conditions: p.conditions.clone(),
-                })
-                .collect(),
-            http: None,
-            grpc: Some(r.clone()),
-        }
+        route_view!(r, RouteKind::Grpc, http: None, grpc: Some(r.clone()))
     }
 }
 
