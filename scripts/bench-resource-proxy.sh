@@ -36,13 +36,12 @@ CONCURRENCY="${CONCURRENCY:-16}"
 WATCHES="${WATCHES:-10000}"
 HOLD="${HOLD:-10}"
 REPEAT="${REPEAT:-3}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-resource-proxy}"
 PROXY_PORT=19100
 METRICS_PORT=19190
 NGINX_PORT=19443
 NGINX_L7_PORT=19543
-NS=bench
-ACCESS="${ACCESS:-owned}"
+# shellcheck source=scripts/lib/resource-proxy-bench.sh
+source "$ROOT/scripts/lib/resource-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
 source "$ROOT/scripts/lib/idle.sh"
 
@@ -55,88 +54,10 @@ fi
 echo "building resource-proxy, rp-load (release) and test-cluster" >&2
 cargo build --release -q -p resource-proxy --bin resource-proxy --example rp-load
 cargo build --release -q -p test-cluster
-BIN="$CARGO_TARGET_DIR/release"
 
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  "$BIN/test-cluster" down --state-dir "$WORK/cp" >/dev/null 2>&1 || true
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+start_clusters
 
-wait_for() { # what, seconds, command...
-  local what="$1" secs="$2"; shift 2
-  for _ in $(seq 1 $((secs * 4))); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.25
-  done
-  echo "timed out waiting for $what" >&2
-  exit 1
-}
-port_open() { (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-echo "starting the client and target clusters" >&2
-"$BIN/test-cluster" up --clusters client,target --state-dir "$WORK/cp" >"$WORK/cp.log" 2>&1 &
-PIDS+=($!)
-wait_for "the control plane" 240 test -f "$WORK/cp/ready"
-# shellcheck disable=SC1091
-KUBECTL="$(sed -n 's/^export KUBECTL=//p' "$WORK/cp/env")"
-CKC="$WORK/cp/client/kubeconfig"
-TKC="$WORK/cp/target/kubeconfig"
-TPKI="$WORK/cp/target/pki"
-CPKI="$WORK/cp/client/pki"
-port_of() { sed -n 's#.*server: https://127.0.0.1:\([0-9]*\).*#\1#p' "$1" | head -1; }
-TPORT="$(port_of "$TKC")"
-CPORT="$(port_of "$CKC")"
-
-"$KUBECTL" --kubeconfig "$TKC" apply -f - >/dev/null <<YAML
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.test}
-spec:
-  group: example.test
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-YAML
-"$KUBECTL" --kubeconfig "$TKC" wait --for=condition=Established crd/widgets.example.test --timeout=60s >/dev/null
-for kc in "$TKC" "$CKC"; do "$KUBECTL" --kubeconfig "$kc" create namespace "$NS" >/dev/null; done
-# Ten widgets of this client (owner labels), one is the GET target.
-for i in $(seq 0 9); do
-  cat <<YAML
----
-apiVersion: example.test/v1
-kind: Widget
-metadata:
-  name: w$i
-  namespace: $NS
-  labels: {vcluster.com/owner-vcluster: bench, vcluster.com/owner-project: bench}
-spec: {size: $i}
-YAML
-done | "$KUBECTL" --kubeconfig "$TKC" apply -f - >/dev/null
-
-cat >"$WORK/proxy.yaml" <<YAML
-client: {name: bench, project: bench, kubeconfig: $CKC}
-customResources:
-  widgets.example.test/v1:
-    enabled: true
-    accessResources: $ACCESS
-    targetVirtualCluster: {name: target, project: bench}
-targets:
-  bench/target:
-    peers: {static: ["127.0.0.1:$TPORT"]}
-    tls: {caFile: $TPKI/ca.crt, serverName: localhost}
-    credential: {clientCertificate: {certFile: $TPKI/admin.crt, keyFile: $TPKI/admin.key}}
-listeners: {basePort: $PROXY_PORT}
-metrics: {address: "127.0.0.1:$METRICS_PORT"}
-YAML
+proxy_config "$WORK/proxy.yaml" "$PROXY_PORT" "$METRICS_PORT"
 RUST_LOG=warn "$BIN/resource-proxy" --config "$WORK/proxy.yaml" --identity bench-0 >"$WORK/proxy.log" 2>&1 &
 PROXY_PID=$!
 PIDS+=($PROXY_PID)
@@ -215,18 +136,15 @@ usage() {
 HZ="$(getconf CLK_TCK)"
 
 TARGET_AUTH=(--cert "$TPKI/admin.crt" --key "$TPKI/admin.key")
-FRONT_AUTH=(--cert "$CPKI/front-proxy-client.crt" --key "$CPKI/front-proxy-client.key"
-  --header "X-Remote-User: admin" --header "X-Remote-Group: system:masters")
 CLIENT_AUTH=(--cert "$CPKI/admin.crt" --key "$CPKI/admin.key")
-path() { if [ "$1" = get ]; then echo "/apis/example.test/v1/namespaces/$NS/widgets/w0"; else echo "/apis/example.test/v1/namespaces/$NS/widgets"; fi; }
 # Sets URL and AUTH (the load generator's flags) for a path (a|b|c|d|e) and a kind (get|list).
 endpoint() {
   case "$1" in
-    a) URL="https://127.0.0.1:$TPORT$(path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
-    b) URL="https://127.0.0.1:$NGINX_PORT$(path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
-    c) URL="https://127.0.0.1:$PROXY_PORT$(path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
-    d) URL="https://127.0.0.1:$CPORT$(path "$2")"; AUTH=("${CLIENT_AUTH[@]}") ;;
-    e) URL="https://127.0.0.1:$NGINX_L7_PORT$(path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
+    a) URL="https://127.0.0.1:$TPORT$(widgets_path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
+    b) URL="https://127.0.0.1:$NGINX_PORT$(widgets_path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
+    c) URL="https://127.0.0.1:$PROXY_PORT$(widgets_path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
+    d) URL="https://127.0.0.1:$CPORT$(widgets_path "$2")"; AUTH=("${CLIENT_AUTH[@]}") ;;
+    e) URL="https://127.0.0.1:$NGINX_L7_PORT$(widgets_path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
   esac
 }
 run() { # mode(a|b|c|d|e) kind(get|list) conns
