@@ -1,5 +1,8 @@
-use super::*;
+use http::{HeaderName, HeaderValue, Method};
 use serde_json::{Value, json};
+
+use super::*;
+use crate::routing;
 
 fn try_compile(doc: Value) -> Result<RouteTable<(), ()>, CompileError> {
     let config = parse(doc.to_string().as_bytes())?;
