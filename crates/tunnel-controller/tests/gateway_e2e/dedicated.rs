@@ -687,6 +687,9 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
     let t = tunnel(&ns_a);
     dedicated_gateway(&ns_a, "gw", &t.token, port).await;
     wait_gateway(&ns_a, "gw", "Programmed", "False", "Pending").await;
+    // Once both advertise the tunnel, turning sharing off leaves it to the older: make that
+    // ns_a beyond doubt (a shared second would leave it to the UIDs).
+    next_second().await;
     dedicated_gateway(&ns_b, "gw", &t.token, port).await;
     let msg = wait_gateway(&ns_b, "gw", "Accepted", "False", "InvalidParameters").await;
     assert!(msg.contains(&ns_a), "refused while sharing is off: {msg}");
