@@ -37,10 +37,13 @@
 
 mod admin;
 pub mod api;
+pub mod connector;
+pub mod edge;
 mod seed;
 mod server;
 mod state;
 pub mod validate;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -62,6 +65,10 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Serve the admin surface under [`ADMIN_PREFIX`].
     pub admin: bool,
+    /// Address of the edge listener visitors send requests to ([`edge`]), if any.
+    pub edge: Option<SocketAddr>,
+    /// Address of the port connectors register on ([`wire`]), if any.
+    pub connectors: Option<SocketAddr>,
 }
 
 impl Default for Options {
@@ -69,6 +76,8 @@ impl Default for Options {
         Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin: false,
+            edge: None,
+            connectors: None,
         }
     }
 }
@@ -76,6 +85,9 @@ impl Default for Options {
 /// A running double. Dropping it stops the server (hung requests are released).
 pub struct CloudflareDouble {
     addr: SocketAddr,
+    edge_addr: Option<SocketAddr>,
+    connector_addr: Option<SocketAddr>,
+    edge: Arc<edge::Edge>,
     world: Shared,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -101,10 +113,26 @@ impl CloudflareDouble {
         let addr = listener.local_addr()?;
         let world: Shared = Arc::new(Mutex::new(World::default()));
         let (stop, stop_rx) = watch::channel(false);
+        let edge = edge::Edge::new(world.clone(), stop_rx.clone());
+        let mut edge_addr = None;
+        if let Some(listen) = options.edge {
+            let listener = TcpListener::bind(listen).await?;
+            edge_addr = Some(listener.local_addr()?);
+            edge::spawn_edge(listener, edge.clone());
+        }
+        let mut connector_addr = None;
+        if let Some(listen) = options.connectors {
+            let listener = TcpListener::bind(listen).await?;
+            connector_addr = Some(listener.local_addr()?);
+            edge::spawn_connector_port(listener, edge.clone());
+        }
         let task = server::spawn(listener, world.clone(), options.admin, stop_rx);
-        tracing::info!(%addr, admin = options.admin, "Cloudflare API double listening");
+        tracing::info!(%addr, admin = options.admin, ?edge_addr, ?connector_addr, "Cloudflare API double listening");
         Ok(CloudflareDouble {
             addr,
+            edge_addr,
+            connector_addr,
+            edge,
             world,
             stop,
             task,
@@ -114,6 +142,21 @@ impl CloudflareDouble {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The edge listener's address, when started with [`Options::edge`].
+    pub fn edge_addr(&self) -> Option<SocketAddr> {
+        self.edge_addr
+    }
+
+    /// The connector port's address, when started with [`Options::connectors`].
+    pub fn connector_addr(&self) -> Option<SocketAddr> {
+        self.connector_addr
+    }
+
+    /// Live registered connector connections of a tunnel.
+    pub fn live_connections(&self, tunnel_id: &str) -> usize {
+        self.edge.live_connections(tunnel_id)
     }
 
     /// The API base URL, `http://<addr>/client/v4` (pass it to the client's `base_url`).

@@ -2,7 +2,8 @@
 //!
 //! `cloudflare-double --listen 127.0.0.1:8787 --seed seed.yaml [--admin]` serves the API under
 //! `http://127.0.0.1:8787/client/v4`, seeded from the file, and prints each seeded tunnel's
-//! connector token. `--admin` also serves the test controls under `/__admin`.
+//! connector token. `--admin` also serves the test controls under `/__admin`; `--edge ADDR` the
+//! edge visitors' requests go to, `--connectors ADDR` the port `cloudflared-standin` registers on.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +28,12 @@ struct Args {
     /// Serve the unauthenticated admin surface under /__admin.
     #[arg(long)]
     admin: bool,
+    /// Also serve the edge: visitors' requests, routed by the tunnels' ingress documents.
+    #[arg(long, env = "CF_DOUBLE_EDGE")]
+    edge: Option<SocketAddr>,
+    /// Port connectors (`cloudflared-standin`) register on.
+    #[arg(long, env = "CF_DOUBLE_CONNECTORS")]
+    connectors: Option<SocketAddr>,
 }
 
 #[tokio::main]
@@ -36,6 +43,8 @@ async fn main() -> anyhow::Result<()> {
     let double = CloudflareDouble::start_with(Options {
         listen: args.listen,
         admin: args.admin,
+        edge: args.edge,
+        connectors: args.connectors,
     })
     .await
     .with_context(|| format!("binding {}", args.listen))?;
@@ -49,6 +58,12 @@ async fn main() -> anyhow::Result<()> {
                 t.account_id, t.tunnel_id, t.token
             );
         }
+    }
+    if let Some(addr) = double.edge_addr() {
+        println!("edge={addr}");
+    }
+    if let Some(addr) = double.connector_addr() {
+        println!("connectors={addr}");
     }
     println!("base_url={}", double.base_url());
     tokio::select! {
