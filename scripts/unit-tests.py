@@ -23,6 +23,7 @@ import time
 UNIT_TESTS = [
     "cloudflare-api:against_double",
     "cloudflare-double:binary",
+    "cloudflare-double:edge",
     "cloudflare-double:raw_http",
     "resource-proxy:fake_target",
     "resource-proxy:peer_health",

@@ -38,6 +38,10 @@ use crate::state::{Shared, World, lock};
 use crate::wire::{self, Register, Registered, SERVICE_HEADER};
 use matcher::{Ingress, normalize_host, select_tunnel};
 
+/// Response header naming the registered connection that carried the request (a test
+/// observable of the double; Cloudflare sends nothing like it).
+pub const CONNECTION_HEADER: &str = "cf-double-connection";
+
 /// Body of the edge's answers: a connector's streamed response or the edge's own page.
 type EdgeBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
@@ -402,6 +406,8 @@ async fn serve(
             Ok(resp) => {
                 let mut resp = resp.map(BodyExt::boxed_unsync);
                 stamp(resp.headers_mut(), &ray);
+                resp.headers_mut()
+                    .insert(CONNECTION_HEADER, HeaderValue::from(id));
                 return Ok(resp);
             }
             Err(mut e) => match e.take_message() {
