@@ -23,7 +23,15 @@ async fn binary_serves_the_seed() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_cloudflare-double"))
-        .args(["--listen", "127.0.0.1:0", "--seed"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--edge",
+            "127.0.0.1:0",
+            "--connectors",
+            "127.0.0.1:0",
+            "--seed",
+        ])
         .arg(&seed)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -32,10 +40,13 @@ async fn binary_serves_the_seed() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut token_line = None;
+    let mut printed = Vec::new();
     let base = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(line) = lines.next_line().await.unwrap() {
             if line.starts_with("tunnel ") {
                 token_line = Some(line);
+            } else if line.starts_with("edge=") || line.starts_with("connectors=") {
+                printed.push(line);
             } else if let Some(url) = line.strip_prefix("base_url=") {
                 return url.to_string();
             }
@@ -45,6 +56,15 @@ async fn binary_serves_the_seed() {
     .await
     .expect("binary starts within 20 s");
     let token_line = token_line.expect("seeded tunnel printed");
+    assert_eq!(printed.len(), 2, "{printed:?}");
+    for line in &printed {
+        let addr = line.split_once('=').unwrap().1;
+        assert!(
+            addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+            "{line}"
+        );
+        TcpStream::connect(addr).await.unwrap();
+    }
     assert!(token_line.contains(&format!("id={TUNNEL}")), "{token_line}");
     assert!(token_line.contains("token=eyJhIjoi"), "{token_line}");
 

@@ -414,6 +414,13 @@ async fn rules_pick_the_service_and_the_edge_answers_the_rest() {
         assert_eq!(header(&a, "server"), "cloudflare");
     }
 
+    // A Host that is not a host (it would become another authority at the origin) is refused.
+    for host in ["x/a.wild.test", "user@a.wild.test", "a.wild.test:1:2"] {
+        let a = get(edge, host, "/api/x").await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{host}");
+        assert_eq!(header(&a, "x-origin"), "<absent>");
+    }
+
     // A new document version is routed at once.
     double
         .set_configuration(
@@ -681,4 +688,34 @@ async fn connector_reconnects_when_the_double_comes_back() {
         (StatusCode::OK, "backend")
     );
     assert!(standin.log().contains("reconnecting"), "{}", standin.log());
+}
+
+#[tokio::test]
+async fn connector_port_refuses_malformed_registrations() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let double = double().await;
+    let port = double.connector_addr().unwrap();
+
+    let mut conn = tokio::net::TcpStream::connect(port).await.unwrap();
+    conn.write_all(b"{\"hello\": 1}\n").await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, conn.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer: Value = serde_json::from_str(answer.trim()).unwrap();
+    assert_eq!(
+        answer,
+        json!({"ok": false, "connection_id": null, "error": "malformed registration"})
+    );
+
+    // A line that never ends is cut off, not buffered without bound.
+    let mut conn = tokio::net::TcpStream::connect(port).await.unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let _ = conn.write_all(&chunk).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT, conn.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    assert!(read.is_err() || rest.is_empty(), "{read:?} {rest:?}");
 }

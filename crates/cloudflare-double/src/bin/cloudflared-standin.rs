@@ -86,3 +86,47 @@ async fn main() -> anyhow::Result<()> {
     connector::run(config, shutdown).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cloudflared").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn accepts_the_rendered_command_line_and_the_token_flag() {
+        // As the controller renders the cf-proxy-<gateway> container (token from TUNNEL_TOKEN).
+        let cli = parse(&[
+            "tunnel",
+            "--no-autoupdate",
+            "--metrics",
+            "127.0.0.1:20241",
+            "--grace-period",
+            "45s",
+            "run",
+        ])
+        .unwrap();
+        assert_eq!(cli.metrics.as_deref(), Some("127.0.0.1:20241"));
+        assert_eq!(cli.grace_period, Duration::from_secs(45));
+        // The documented remote-tunnel form, flags after `run` too.
+        let cli = parse(&[
+            "tunnel",
+            "run",
+            "--token",
+            "eyJhIjoi",
+            "--metrics",
+            "localhost:2000",
+        ])
+        .unwrap();
+        let Command::Tunnel {
+            command: TunnelCommand::Run { token, .. },
+        } = cli.command;
+        assert_eq!(token.as_deref(), Some("eyJhIjoi"));
+        assert_eq!(cli.metrics.as_deref(), Some("localhost:2000"));
+        assert_eq!(cli.grace_period, Duration::from_secs(30));
+        assert!(parse(&["tunnel", "--grace-period", "30", "run"]).is_err());
+        assert!(parse(&["tunnel", "login"]).is_err());
+    }
+}

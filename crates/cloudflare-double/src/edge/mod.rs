@@ -276,6 +276,32 @@ pub(crate) fn spawn_edge(listener: TcpListener, edge: Arc<Edge>) {
     });
 }
 
+/// A `Host` value that is a hostname or IP literal with an optional port, nothing else: the
+/// value also becomes the relayed request's authority, so a `/`, `@` or space in it could
+/// make the origin see a different host than the one the tunnel was chosen for.
+fn is_host_and_port(value: &str) -> bool {
+    let (host, port) = match value.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) => (addr, rest.strip_prefix(':')),
+            None => return false,
+        },
+        None => match value.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (value, None),
+        },
+    };
+    let host_ok = if value.starts_with('[') {
+        host.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    };
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    host_ok && port_ok && (value.starts_with('[') || value.matches(':').count() <= 1)
+}
+
 fn ray_id() -> String {
     format!("{:016x}-DBL", rand::random::<u64>())
 }
@@ -343,12 +369,12 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .or_else(|| req.uri().authority().map(|a| a.to_string()));
-    let Some(raw_host) = raw_host.filter(|h| !h.is_empty()) else {
+    let Some(raw_host) = raw_host.filter(|h| is_host_and_port(h)) else {
         return Ok(page(
             StatusCode::BAD_REQUEST,
             &ray,
             "text/plain; charset=utf-8",
-            "error code: 400 (no Host)\n".into(),
+            "error code: 400 (missing or malformed Host)\n".into(),
         ));
     };
     let host = normalize_host(&raw_host);
@@ -468,4 +494,37 @@ fn to_connector_request(
     );
     h.insert("cf-ray", value(ray)?);
     Ok(Request::from_parts(parts, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_host_and_port;
+
+    #[test]
+    fn host_values() {
+        for ok in [
+            "app.example.test",
+            "App.Example.Test:8080",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:443",
+            "a_b.test",
+        ] {
+            assert!(is_host_and_port(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "x/a.wild.test",
+            "user@a.wild.test",
+            "a b.test",
+            "a.test:",
+            "a.test:99999",
+            "a.test:1:2",
+            "[::1",
+            "[zz]:80",
+            ":80",
+        ] {
+            assert!(!is_host_and_port(bad), "{bad}");
+        }
+    }
 }
