@@ -3,9 +3,10 @@
 //! [`run`] dials the double's connector port, registers with the token's tunnel and secret
 //! ([`crate::wire`]), then serves the edge's requests on that connection, relaying each to the
 //! ingress rule's service URL (sent by the edge in [`SERVICE_HEADER`]) from its own network
-//! namespace. A refused registration is final ([`ConnectorError::Refused`]: the process exits
-//! non-zero, as cloudflared does on `Unauthorized`); a lost or failed connection is retried with
-//! back-off. `/ready` on the metrics address answers 200 while registered, 503 otherwise. When
+//! namespace. Like cloudflared's first tunnel connection, a refused registration
+//! (`Unauthorized: ...`) or an unreachable edge is retried with back-off `retries` times, then
+//! [`run`] fails and the process exits non-zero; once registered, a lost connection is retried
+//! for as long as it takes. `/ready` on the metrics address answers 200 while registered, 503 otherwise. When
 //! `shutdown` resolves, the connection is closed to new requests (HTTP/2 GOAWAY: the edge stops
 //! using it), requests in flight get up to the grace period, then [`run`] returns.
 
@@ -51,6 +52,8 @@ pub struct Config {
     pub metrics: Option<String>,
     /// How long requests in flight may take after shutdown begins.
     pub grace_period: Duration,
+    /// Failed attempts retried before the first registration; then [`run`] gives up.
+    pub retries: u32,
 }
 
 /// Why the stand-in stopped with an error.
@@ -59,17 +62,20 @@ pub enum ConnectorError {
     /// The token could not be parsed.
     #[error("invalid tunnel token: {0}")]
     Token(#[from] cloudflare_api::TokenError),
-    /// The edge refused the registration (unknown tunnel, wrong secret); retrying cannot help.
+    /// The edge refused the registration (unknown tunnel, wrong secret) on the last attempt.
     #[error("Register tunnel error from server side: {0}")]
     Refused(String),
+    /// The edge could not be reached on the last attempt.
+    #[error("Unable to establish connection with the edge: {0}")]
+    Unreachable(String),
     /// The metrics address could not be bound.
     #[error("binding the metrics server on {0}: {1}")]
     Metrics(String, std::io::Error),
 }
 
 /// Registration state shared with the metrics server.
-#[derive(Default)]
 struct Status {
+    connector_id: String,
     connections: AtomicUsize,
     draining: AtomicBool,
 }
@@ -109,10 +115,16 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// Runs the connector until `shutdown` resolves (then drains) or the edge refuses it.
+/// Runs the connector until `shutdown` resolves (then drains), or fails when no first
+/// registration succeeded within `retries` retries.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ConnectorError> {
     ConnectorToken::parse(&config.token)?;
-    let status = Arc::new(Status::default());
+    let connector_id = uuid();
+    let status = Arc::new(Status {
+        connector_id: connector_id.clone(),
+        connections: AtomicUsize::new(0),
+        draining: AtomicBool::new(false),
+    });
     if let Some(addr) = &config.metrics {
         let listener = TcpListener::bind(addr.as_str())
             .await
@@ -120,10 +132,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tracing::info!(addr = %listener.local_addr().map_or(addr.clone(), |a| a.to_string()), "Starting metrics server");
         tokio::spawn(serve_metrics(listener, status.clone()));
     }
-    let connector_id = uuid();
     let client = Client::builder(TokioExecutor::new()).build_http::<Incoming>();
     tokio::pin!(shutdown);
     let mut backoff = BACKOFF_MIN;
+    let mut registered_once = false;
+    let mut failures = 0u32;
     loop {
         let attempt = tokio::select! {
             r = connect(&config, &connector_id) => r,
@@ -134,12 +147,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         };
         let (stream, connection_id) = match attempt {
             Ok(pair) => pair,
-            Err(Attempt::Refused(reason)) => {
-                tracing::error!(error = %reason, "Register tunnel error from server side");
-                return Err(ConnectorError::Refused(reason));
-            }
-            Err(Attempt::Failed(reason)) => {
-                tracing::warn!(edge = %config.edge, error = %reason, retry_in = ?backoff, "Unable to establish connection with the edge");
+            Err(failure) => {
+                let error = match failure {
+                    Attempt::Refused(reason) => {
+                        tracing::error!(error = %reason, "Register tunnel error from server side");
+                        ConnectorError::Refused(reason)
+                    }
+                    Attempt::Failed(reason) => {
+                        tracing::warn!(edge = %config.edge, error = %reason, "Unable to establish connection with the edge");
+                        ConnectorError::Unreachable(reason)
+                    }
+                };
+                // Until the first registration, failures count against `retries` (cloudflared's
+                // first tunnel connection); afterwards the connector keeps retrying.
+                if !registered_once {
+                    failures += 1;
+                    if failures > config.retries {
+                        return Err(error);
+                    }
+                }
+                tracing::info!("Retrying connection in up to {backoff:?}");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = &mut shutdown => return Ok(()),
@@ -148,6 +175,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 continue;
             }
         };
+        registered_once = true;
         backoff = BACKOFF_MIN;
         tracing::info!(connection = %connection_id, connector = %connector_id, edge = %config.edge, "Registered tunnel connection");
         status.connections.fetch_add(1, Ordering::SeqCst);
@@ -317,7 +345,12 @@ fn metrics_answer(status: &Status, path: &str) -> Response<RelayBody> {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = serde_json::json!({"status": code.as_u16(), "readyConnections": ready}).to_string();
+    let body = serde_json::json!({
+        "status": code.as_u16(),
+        "readyConnections": ready,
+        "connectorId": status.connector_id,
+    })
+    .to_string();
     let mut resp = text(code, body);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -327,7 +360,9 @@ fn metrics_answer(status: &Status, path: &str) -> Response<RelayBody> {
 }
 
 fn uuid() -> String {
-    let b: [u8; 16] = rand::random();
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",

@@ -175,7 +175,7 @@ impl Standin {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cloudflared-standin"))
             .args(["tunnel", "--no-autoupdate", "--metrics"])
             .arg(metrics.to_string())
-            .args(["--grace-period", grace, "run"])
+            .args(["--grace-period", grace, "--retries", "1", "run"])
             .env("TUNNEL_TOKEN", token)
             .env("TUNNEL_EDGE", edge)
             .env("RUST_LOG", "info")
@@ -317,6 +317,12 @@ async fn request_reaches_the_backend_streaming_both_ways() {
     let standin = Standin::spawn(double.connector_addr().unwrap(), &t.token, "5s");
     let ready = standin.wait_ready(StatusCode::OK).await;
     assert_eq!(ready["readyConnections"], 1, "{ready}");
+    assert_eq!(ready["status"], 200, "{ready}");
+    assert_eq!(
+        ready["connectorId"].as_str().map(str::len),
+        Some(36),
+        "{ready}"
+    );
     wait_live(&double, &t.tunnel_id, 1).await;
 
     // A request body sent in two parts: the second goes only after the first came back, so the
@@ -527,7 +533,8 @@ async fn registration_needs_a_known_tunnel_and_its_current_secret() {
     assert_eq!(get(edge, HOST, "/").await.status, StatusCode::OK);
     assert_eq!(double.live_connections(&t.tunnel_id), 1);
 
-    // The old secret no longer registers: the process exits non-zero and says why.
+    // The old secret no longer registers: after its retries (one here) the process exits
+    // non-zero and says why.
     let mut stale = Standin::spawn(connectors, &t.token, "5s");
     let status = stale.exit(WAIT).await;
     assert!(!status.success(), "{status:?}");
@@ -536,6 +543,14 @@ async fn registration_needs_a_known_tunnel_and_its_current_secret() {
         "{}",
         stale.log()
     );
+    let log = stale.log();
+    assert_eq!(log.matches("Retrying connection").count(), 1, "{log}");
+    assert!(
+        log.contains(
+            "Error: Register tunnel error from server side: Unauthorized: Invalid tunnel secret"
+        ),
+        "{log}"
+    );
 
     // A tunnel the double does not know (another double's).
     let other = double_with_tunnel().await;
@@ -543,7 +558,7 @@ async fn registration_needs_a_known_tunnel_and_its_current_secret() {
     let status = unknown.exit(WAIT).await;
     assert!(!status.success(), "{status:?}");
     assert!(
-        unknown.log().contains("Unauthorized: Tunnel not found"),
+        unknown.log().contains("Unauthorized: Failed to get tunnel"),
         "{}",
         unknown.log()
     );

@@ -3,8 +3,9 @@
 //! Accepts the command line the controller renders for the `cf-proxy-<gateway>` Deployment's
 //! cloudflared container (`tunnel --no-autoupdate --metrics ADDR --grace-period 30s run`, the
 //! token in `TUNNEL_TOKEN` or `--token`) and runs [`cloudflare_double::connector::run`] against
-//! the double's connector port (`--edge` / `TUNNEL_EDGE`). Exits non-zero when the edge refuses
-//! the registration; on SIGTERM or SIGINT drains for the grace period and exits 0.
+//! the double's connector port (`--edge` / `TUNNEL_EDGE`). Exits non-zero when no first
+//! registration succeeds within `--retries` retries (e.g. the edge refuses the token); on SIGTERM
+//! or SIGINT drains for the grace period and exits 0.
 
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ struct Cli {
     /// The double's connector port (`host:port`).
     #[arg(long, global = true, env = "TUNNEL_EDGE", default_value = DEFAULT_EDGE)]
     edge: String,
+    /// Failed attempts retried before the first registration, then the process exits non-zero.
+    #[arg(long, global = true, env = "TUNNEL_RETRIES", default_value_t = 5)]
+    retries: u32,
     /// Accepted for compatibility; the stand-in never updates itself.
     #[arg(long, global = true)]
     no_autoupdate: bool,
@@ -82,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         token,
         metrics: cli.metrics,
         grace_period: cli.grace_period,
+        retries: cli.retries,
     };
     connector::run(config, shutdown).await?;
     Ok(())
@@ -110,6 +115,7 @@ mod tests {
         .unwrap();
         assert_eq!(cli.metrics.as_deref(), Some("127.0.0.1:20241"));
         assert_eq!(cli.grace_period, Duration::from_secs(45));
+        assert_eq!(cli.retries, 5);
         // The documented remote-tunnel form, flags after `run` too.
         let cli = parse(&[
             "tunnel",

@@ -153,8 +153,9 @@ fn authorize(world: &World, token: &str) -> Result<String, &'static str> {
     let token = ConnectorToken::parse(token).map_err(|_| "Unauthorized: Invalid tunnel token")?;
     let current = world
         .tunnel_token(token.account_tag(), token.tunnel_id())
-        .map_err(|_| "Unauthorized: Tunnel not found")?;
-    let current = ConnectorToken::parse(&current).map_err(|_| "Unauthorized: Tunnel not found")?;
+        .map_err(|_| "Unauthorized: Failed to get tunnel")?;
+    let current =
+        ConnectorToken::parse(&current).map_err(|_| "Unauthorized: Failed to get tunnel")?;
     if !token.secret_matches(&current) {
         return Err("Unauthorized: Invalid tunnel secret");
     }
