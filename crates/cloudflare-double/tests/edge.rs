@@ -59,6 +59,11 @@ impl Drop for Backend {
 
 impl Backend {
     async fn start() -> Backend {
+        Backend::named("backend").await
+    }
+
+    /// A backend answering with `x-origin: <name>`.
+    async fn named(name: &'static str) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
@@ -71,7 +76,7 @@ impl Backend {
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let (arrived, rel) = (arrived.clone(), rel.clone());
-                        async move { Ok::<_, Infallible>(origin(req, arrived, rel).await) }
+                        async move { Ok::<_, Infallible>(origin(name, req, arrived, rel).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -93,6 +98,7 @@ impl Backend {
 }
 
 async fn origin(
+    name: &'static str,
     req: Request<Incoming>,
     arrived: mpsc::UnboundedSender<()>,
     release: Arc<Notify>,
@@ -109,7 +115,7 @@ async fn origin(
         .header("x-seen-custom", seen("x-custom"))
         .header("x-seen-service", seen("cf-double-service"))
         .header("x-seen-connecting-ip", seen("cf-connecting-ip"))
-        .header("x-origin", "backend");
+        .header("x-origin", name);
     if req.uri().path() == "/slow" {
         let _ = arrived.send(());
         release.notified().await;
@@ -733,4 +739,42 @@ async fn connector_port_refuses_malformed_registrations() {
         .await
         .unwrap();
     assert!(read.is_err() || rest.is_empty(), "{read:?} {rest:?}");
+}
+
+#[tokio::test]
+async fn each_tunnel_carries_only_its_own_hosts() {
+    let (backend_a, backend_b) = (Backend::named("a").await, Backend::named("b").await);
+    let double = double().await;
+    let a = tunnel(
+        &double,
+        json!([{"hostname": "a.example.test", "service": backend_a.url()}, {"service": "http_status:404"}]),
+    );
+    let b = tunnel(
+        &double,
+        json!([{"hostname": "b.example.test", "service": backend_b.url()}, {"service": "http_status:404"}]),
+    );
+    let edge = double.edge_addr().unwrap();
+    let mut standin_a = Standin::spawn(double.connector_addr().unwrap(), &a.token, "5s");
+    let _standin_b = Standin::spawn(double.connector_addr().unwrap(), &b.token, "5s");
+    wait_live(&double, &a.tunnel_id, 1).await;
+    wait_live(&double, &b.tunnel_id, 1).await;
+
+    for (host, want) in [("a.example.test", "a"), ("b.example.test", "b")] {
+        for _ in 0..3 {
+            let r = get(edge, host, "/").await;
+            assert_eq!(
+                (r.status, header(&r, "x-origin")),
+                (StatusCode::OK, want),
+                "{host}"
+            );
+        }
+    }
+    // Tunnel a's connector gone: its host is 530, never carried by tunnel b's live connector.
+    standin_a.child.kill().await.unwrap();
+    wait_live(&double, &a.tunnel_id, 0).await;
+    let r = get(edge, "a.example.test", "/").await;
+    assert_eq!(r.status.as_u16(), 530);
+    assert_eq!(header(&r, "x-origin"), "<absent>");
+    let r = get(edge, "b.example.test", "/").await;
+    assert_eq!(header(&r, "x-origin"), "b");
 }
