@@ -150,8 +150,10 @@ fn tunnel(double: &CloudflareDouble, ingress: Value) -> TunnelInfo {
     t
 }
 
+/// `HOST` to the backend, named `localhost` as the controller's documents name a Pod's proxy.
 fn simple_ingress(backend: &Backend) -> Value {
-    json!([{"hostname": HOST, "service": backend.url()}, {"service": "http_status:404"}])
+    let service = format!("http://localhost:{}", backend.addr.port());
+    json!([{"hostname": HOST, "service": service}, {"service": "http_status:404"}])
 }
 
 fn free_port() -> u16 {
