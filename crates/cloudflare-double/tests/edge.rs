@@ -345,6 +345,8 @@ async fn request_reaches_the_backend_streaming_both_ways() {
     .header("x-custom", "kept")
     // A visitor cannot pick the service the connector relays to.
     .header("cf-double-service", "http://127.0.0.1:1")
+    // Nor claim another client address: the edge overwrites it.
+    .header("cf-connecting-ip", "203.0.113.9")
     .body(body)
     .unwrap();
     let pending = tokio::spawn(client().request(req));
