@@ -182,6 +182,8 @@ pub(crate) fn spawn_connector_port(listener: TcpListener, edge: Arc<Edge>) {
 }
 
 async fn register(mut stream: TcpStream, peer: SocketAddr, edge: Arc<Edge>) {
+    // No Nagle delay for the small frames of relayed requests.
+    let _ = stream.set_nodelay(true);
     let line = match tokio::time::timeout(REGISTER_TIMEOUT, wire::read_line(&mut stream)).await {
         Ok(Ok(line)) => line,
         Ok(Err(e)) => {
@@ -260,6 +262,7 @@ pub(crate) fn spawn_edge(listener: TcpListener, edge: Arc<Edge>) {
                 },
                 _ = stop.wait_for(|s| *s) => return,
             };
+            let _ = stream.set_nodelay(true);
             let edge = edge.clone();
             tokio::spawn(async move {
                 let mut stop = edge.shutdown.clone();
