@@ -2,10 +2,12 @@
 //! APIGroupList), `/apis/<group>` and `/apis/<group>/<version>`, plus the OpenAPI v3 root
 //! filtered to the own group/version, and the OpenAPI v2 document cut down to it.
 //!
-//! `/apis/<group>/<version>` comes from the target; when the target cannot answer (unreachable,
+//! `/apis/<group>/<version>` comes from the target, with only the resources the entries route
+//! (all for a wildcard entry, else the named ones and their subresources); when the target cannot answer (unreachable,
 //! 401, 404, 5xx) it is served from the last good answer, else synthesized from the configured
 //! resources (RP-13), so the APIService stays Available and `kubectl api-resources` keeps working.
-//! `/openapi/v2` follows the same rule: the target's document filtered to the group/version
+//! The OpenAPI v3 documents of a named entry hold only its resources ([`crate::api::openapi_v3`]).
+//! `/openapi/v2` follows the same rule as the resource list: the target's document filtered to the group/version
 //! ([`crate::api::openapi_v2`]), revalidated with the target's ETag, the last good one while the
 //! target cannot answer, an empty document before there is one; the aggregator asks every
 //! minute and must not see a failure.
@@ -17,7 +19,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
-use crate::api::openapi_v2;
+use crate::api::{openapi_v2, openapi_v3};
 use crate::config::{GroupVersionListener, Resources};
 use crate::target::TargetClient;
 
@@ -71,8 +73,7 @@ impl Discovery {
         let why = match target.send(req).await {
             Ok(resp) if resp.status() == StatusCode::OK => match resp.into_body().collect().await {
                 Ok(body) => {
-                    let body = body.to_bytes();
-                    if serde_json::from_slice::<Value>(&body).is_ok() {
+                    if let Some(body) = self.routed_only(body.to_bytes()) {
                         *self
                             .last_good
                             .write()
@@ -99,6 +100,23 @@ impl Discovery {
             Source::Synthesized,
             Some(why),
         )
+    }
+
+    /// The target's APIResourceList with only the routed resources (and their subresources);
+    /// `None` when it is not JSON. A wildcard keeps the target's bytes.
+    fn routed_only(&self, body: Bytes) -> Option<Bytes> {
+        let mut list: Value = serde_json::from_slice(&body).ok()?;
+        if self.resources == Resources::Wildcard {
+            return Some(body);
+        }
+        if let Some(resources) = list["resources"].as_array_mut() {
+            resources.retain(|r| {
+                r["name"]
+                    .as_str()
+                    .is_some_and(|name| self.resources.routes(name))
+            });
+        }
+        Some(Bytes::from(list.to_string()))
     }
 
     /// A resource list made from the configuration alone: each named resource namespaced, verb
@@ -213,9 +231,53 @@ impl Discovery {
             && let Ok(root) = serde_json::from_slice::<Value>(&body.to_bytes())
             && let Some(entry) = root["paths"].get(&key)
         {
-            paths.insert(key, entry.clone());
+            let mut entry = entry.clone();
+            if self.resources != Resources::Wildcard
+                && let Some(url) = entry["serverRelativeURL"].as_str()
+                && let Some((path, hash)) = url.split_once("?hash=")
+            {
+                entry["serverRelativeURL"] = format!(
+                    "{path}?hash={}",
+                    openapi_v3::routed_hash(hash, &self.resources)
+                )
+                .into();
+            }
+            paths.insert(key, entry);
         }
         json!({"paths": paths})
+    }
+
+    /// The target's OpenAPI v3 document of the group/version with only the routed resources
+    /// (for a named entry; a wildcard's is forwarded as it is). The target is asked without the
+    /// caller's hash, which is [`openapi_v3::routed_hash`]'s, not the target's.
+    pub async fn openapi_v3_routed(&self, target: &TargetClient) -> Result<Value, String> {
+        let req = Request::get(format!("/openapi/v3/apis/{}/{}", self.group, self.version))
+            .header(http::header::ACCEPT, "application/json")
+            .body(Bytes::new())
+            .expect("valid request");
+        let resp = target.send(req).await.map_err(|e| e.to_string())?;
+        if resp.status() != StatusCode::OK {
+            return Err(format!("the target answered {}", resp.status().as_u16()));
+        }
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the target's answer: {e}"))?
+            .to_bytes();
+        let doc: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("the target's answer is not JSON: {e}"))?;
+        Ok(openapi_v3::filter(
+            &doc,
+            &self.group,
+            &self.version,
+            &self.resources,
+        ))
+    }
+
+    /// Whether requests for the OpenAPI v3 document are forwarded as they are (a wildcard entry).
+    pub fn openapi_v3_whole(&self) -> bool {
+        self.resources == Resources::Wildcard
     }
 
     /// The OpenAPI v2 document of the group/version (see the module docs); `Err` carries why
@@ -241,7 +303,13 @@ impl Discovery {
                     Ok(body) => match serde_json::from_slice::<Value>(&body.to_bytes()) {
                         Ok(doc) => {
                             let document = Bytes::from(
-                                openapi_v2::filter(&doc, &self.group, &self.version).to_string(),
+                                openapi_v2::filter(
+                                    &doc,
+                                    &self.group,
+                                    &self.version,
+                                    &self.resources,
+                                )
+                                .to_string(),
                             );
                             *self
                                 .openapi_v2
@@ -324,6 +392,52 @@ mod tests {
             discovery(Resources::Wildcard).synthesized()["resources"],
             serde_json::json!([])
         );
+    }
+
+    #[test]
+    fn the_targets_resource_list_keeps_only_the_routed_resources_and_their_subresources() {
+        let target = json!({"kind": "APIResourceList", "groupVersion": "example.test/v1", "resources": [
+            {"name": "widgets", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/status", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/scale", "namespaced": true, "kind": "Scale", "verbs": ["get"]},
+            {"name": "gadgets", "namespaced": true, "kind": "Gadget", "verbs": ["get"]},
+            {"name": "gadgets/status", "namespaced": true, "kind": "Gadget", "verbs": ["get"]},
+            {"name": "clusterthings", "namespaced": false, "kind": "ClusterThing", "verbs": ["get"]},
+        ]});
+        let body = Bytes::from(target.to_string());
+        let names = |d: &Discovery| -> Vec<String> {
+            let out: Value = serde_json::from_slice(&d.routed_only(body.clone()).unwrap()).unwrap();
+            out["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let named = discovery(Resources::Named(vec![
+            "clusterthings".into(),
+            "widgets".into(),
+        ]));
+        assert_eq!(
+            names(&named),
+            [
+                "widgets",
+                "widgets/status",
+                "widgets/scale",
+                "clusterthings"
+            ]
+        );
+        // The aggregated document is built from it: no sibling kind, the scope as the target says.
+        let agg = named.aggregated(&named.routed_only(body.clone()).unwrap());
+        let resources = &agg["items"][0]["versions"][0]["resources"];
+        assert_eq!(resources.as_array().unwrap().len(), 2);
+        assert_eq!(resources[0]["resource"], "widgets");
+        assert_eq!(resources[1]["resource"], "clusterthings");
+        assert_eq!(resources[1]["scope"], "Cluster");
+        // A wildcard keeps the target's bytes as they are.
+        let wildcard = discovery(Resources::Wildcard);
+        assert_eq!(wildcard.routed_only(body.clone()).unwrap(), body);
+        assert!(named.routed_only(Bytes::from_static(b"<html>")).is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Routing: the caller is authenticated (RP-4), connection upgrades are refused, and the request
 //! is classified (RP-5): discovery and the OpenAPI documents (v3, and v2 filtered as v3 is) are
-//! answered here ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
+//! answered here ([`super::discovery`], RP-13), resource requests of the routed resources go on
+//! to [`super::resource`], the others are 404 as for a resource the API server does not serve.
 
 use bytes::Bytes;
 use http::header;
@@ -10,7 +11,7 @@ use super::context::ListenerContext;
 use super::discovery::{self, Source};
 use super::forward::forward;
 use super::headers::{header_str, is_upgrade};
-use super::outcome::{Outcome, bytes_response, json_response};
+use super::outcome::{Outcome, bytes_response, json_response, unavailable};
 use super::resource::resource_request;
 use crate::api::request_info::{Route, classify};
 use crate::api::status::Status;
@@ -109,6 +110,23 @@ pub(super) async fn route(
             verb: "get".into(),
             reason: "discovery",
         },
+        Route::OpenApiV3GroupVersion if !ctx.discovery.openapi_v3_whole() => {
+            match ctx.discovery.openapi_v3_routed(&ctx.target).await {
+                Ok(document) => Outcome {
+                    response: json_response(StatusCode::OK, "application/json", &document),
+                    verb: "get".into(),
+                    reason: "discovery",
+                },
+                Err(why) => {
+                    tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, "OpenAPI v3 not served: the target could not answer");
+                    unavailable(
+                        "get",
+                        "upstream_error",
+                        "the target could not serve the OpenAPI v3 document",
+                    )
+                }
+            }
+        }
         Route::OpenApiV3GroupVersion => {
             let path_and_query = req
                 .uri()
@@ -125,6 +143,12 @@ pub(super) async fn route(
                 false,
             )
             .await
+        }
+        // A kind of the group/version no entry names is unknown to the client, as the API
+        // server answers for a resource it does not serve; the target is not asked.
+        Route::Resource(info) if !l.resources.routes(&info.resource) => {
+            tracing::debug!(resource = %info.resource, verb = info.verb.as_str(), "refused a resource no customResources entry routes");
+            Outcome::status(Status::path_not_found(), info.verb.as_str(), "not_routed")
         }
         Route::Resource(info) => resource_request(ctx, info, req).await,
     }
