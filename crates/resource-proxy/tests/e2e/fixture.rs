@@ -136,7 +136,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
     let mut entries = String::new();
     for r in &spec.resources {
         entries.push_str(&format!(
-            "  {r}.{group}/{VERSION}:\n    enabled: true\n    accessResources: {}\n    targetVirtualCluster: {{name: {}, project: {}}}\n",
+            "  '{r}.{group}/{VERSION}':\n    enabled: true\n    accessResources: {}\n    targetVirtualCluster: {{name: {}, project: {}}}\n",
             spec.access, spec.target, spec.project
         ));
     }
@@ -239,7 +239,13 @@ async fn wait_available(proxy: &Proxy, group: &str, resource: &str) {
             .kubectl_ok(&["api-resources", "--api-group", group, "-o", "name"])
             .await
             .unwrap_or_default();
-        if out.contains(&format!("{resource}.{group}")) {
+        // A wildcard entry is available once the group lists anything.
+        let listed = if resource == "*" {
+            out.lines().any(|l| l.ends_with(&format!(".{group}")))
+        } else {
+            out.contains(&format!("{resource}.{group}"))
+        };
+        if listed {
             return;
         }
         if tokio::time::Instant::now() > deadline {
