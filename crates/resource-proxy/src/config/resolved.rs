@@ -118,6 +118,9 @@ pub struct GroupVersionListener {
     pub port: u16,
     /// Configured resources.
     pub resources: Resources,
+    /// The named resources configured `scope: Cluster`, sorted: cluster-scoped in the discovery
+    /// synthesized before the target has answered.
+    pub cluster_scoped: Vec<String>,
     /// Where requests go.
     pub target: TargetRef,
     /// Visibility mode.

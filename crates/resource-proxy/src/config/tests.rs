@@ -293,6 +293,35 @@ fn bad_access_mode_is_rejected() {
 }
 
 #[test]
+fn scope_marks_named_resources_cluster_scoped_and_is_checked() {
+    let config = resolved(&with_resources(
+        "  regions.example.com/v1:\n    enabled: true\n    scope: Cluster\n    targetVirtualCluster: {name: target}\n\
+         \x20 widgets.example.com/v1:\n    enabled: true\n    scope: Namespaced\n    targetVirtualCluster: {name: target}\n\
+         \x20 gadgets.example.com/v1:\n    enabled: true\n    targetVirtualCluster: {name: target}\n",
+    ));
+    assert_eq!(config.listeners[0].cluster_scoped, ["regions"]);
+    assert!(
+        render_listeners(&config)
+            .contains("resources:  gadgets, regions (cluster-scoped), widgets")
+    );
+
+    let errs = errors(&with_resources(
+        "  regions.example.com/v1:\n    scope: cluster\n    targetVirtualCluster: {name: target}\n\
+         \x20 '*.other.com/v1':\n    scope: Cluster\n    targetVirtualCluster: {name: target}\n",
+    ));
+    let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            "customResources['*.other.com/v1'].scope: is only valid on an entry that names its \
+             resource: a wildcard entry takes every resource's scope from the target's discovery",
+            "customResources['regions.example.com/v1'].scope: invalid value \"cluster\", must be \
+             'Namespaced' or 'Cluster'",
+        ]
+    );
+}
+
+#[test]
 fn wildcard_and_explicit_enabled_for_one_group_version_is_rejected() {
     let errs = errors(&with_resources(
         "  '*.example.com/v1':\n    enabled: true\n    targetVirtualCluster: {name: target}\n\

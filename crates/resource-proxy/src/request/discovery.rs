@@ -40,6 +40,7 @@ pub struct Discovery {
     group: String,
     version: String,
     resources: Resources,
+    cluster_scoped: Vec<String>,
     last_good: RwLock<Option<Bytes>>,
     openapi_v2: RwLock<Option<OpenApiV2>>,
 }
@@ -57,6 +58,7 @@ impl Discovery {
             group: listener.group.clone(),
             version: listener.version.clone(),
             resources: listener.resources.clone(),
+            cluster_scoped: listener.cluster_scoped.clone(),
             last_good: RwLock::new(None),
             openapi_v2: RwLock::new(None),
         }
@@ -119,8 +121,8 @@ impl Discovery {
         Some(Bytes::from(list.to_string()))
     }
 
-    /// A resource list made from the configuration alone: each named resource namespaced, verb
-    /// `get` only; a wildcard entry lists nothing. Kinds are guessed from the plural.
+    /// A resource list made from the configuration alone: each named resource with its configured
+    /// scope (namespaced unless `scope: Cluster`), verb `get` only; a wildcard entry lists nothing. Kinds are guessed from the plural.
     fn synthesized(&self) -> Value {
         let resources: Vec<Value> = match &self.resources {
             Resources::Wildcard => Vec::new(),
@@ -130,7 +132,7 @@ impl Discovery {
                     json!({
                         "name": plural,
                         "singularName": singular(plural),
-                        "namespaced": true,
+                        "namespaced": !self.cluster_scoped.contains(plural),
                         "kind": kind_guess(plural),
                         "verbs": ["get"],
                     })
@@ -370,6 +372,7 @@ mod tests {
             version: "v1".into(),
             port: 9100,
             resources,
+            cluster_scoped: vec!["regions".into()],
             target: TargetRef {
                 project: "p".into(),
                 name: "t".into(),
@@ -388,6 +391,16 @@ mod tests {
         assert_eq!(list["resources"][0]["kind"], "Widget");
         assert_eq!(list["resources"][0]["namespaced"], true);
         assert_eq!(list["resources"][0]["verbs"], serde_json::json!(["get"]));
+        let d = discovery(Resources::Named(vec!["regions".into(), "widgets".into()]));
+        let list = d.synthesized();
+        assert_eq!(list["resources"][0]["name"], "regions");
+        assert_eq!(list["resources"][0]["namespaced"], false);
+        assert_eq!(list["resources"][1]["namespaced"], true);
+        let agg = d.aggregated(list.to_string().as_bytes());
+        assert_eq!(
+            agg["items"][0]["versions"][0]["resources"][0]["scope"],
+            "Cluster"
+        );
         assert_eq!(
             discovery(Resources::Wildcard).synthesized()["resources"],
             serde_json::json!([])
