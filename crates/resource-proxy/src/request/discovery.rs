@@ -42,6 +42,8 @@ pub struct Discovery {
     resources: Resources,
     cluster_scoped: Vec<String>,
     last_good: RwLock<Option<Bytes>>,
+    /// The cluster-scoped resources of the target's last good resource list; `None` before it.
+    scopes_seen: RwLock<Option<Vec<String>>>,
     openapi_v2: RwLock<Option<OpenApiV2>>,
 }
 
@@ -60,6 +62,7 @@ impl Discovery {
             resources: listener.resources.clone(),
             cluster_scoped: listener.cluster_scoped.clone(),
             last_good: RwLock::new(None),
+            scopes_seen: RwLock::new(None),
             openapi_v2: RwLock::new(None),
         }
     }
@@ -76,6 +79,11 @@ impl Discovery {
             Ok(resp) if resp.status() == StatusCode::OK => match resp.into_body().collect().await {
                 Ok(body) => {
                     if let Some(body) = self.routed_only(body.to_bytes()) {
+                        *self
+                            .scopes_seen
+                            .write()
+                            .unwrap_or_else(PoisonError::into_inner) =
+                            Some(cluster_scoped_of(&body));
                         *self
                             .last_good
                             .write()
@@ -145,6 +153,19 @@ impl Discovery {
             "groupVersion": format!("{}/{}", self.group, self.version),
             "resources": resources,
         })
+    }
+
+    /// Whether `resource` is cluster-scoped: as the target's last good resource list says, or
+    /// before there is one, as configured (`scope: Cluster`).
+    pub fn is_cluster_scoped(&self, resource: &str) -> bool {
+        match &*self
+            .scopes_seen
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(seen) => seen.iter().any(|r| r == resource),
+            None => self.cluster_scoped.iter().any(|r| r == resource),
+        }
     }
 
     /// The APIGroup of `/apis/<group>`.
@@ -337,6 +358,20 @@ impl Discovery {
     }
 }
 
+/// The resources (not subresources) an APIResourceList marks `namespaced: false`.
+fn cluster_scoped_of(list: &[u8]) -> Vec<String> {
+    let list: Value = serde_json::from_slice(list).unwrap_or(Value::Null);
+    list["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["namespaced"] == Value::Bool(false))
+        .filter_map(|r| r["name"].as_str())
+        .filter(|name| !name.contains('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Whether an `Accept` header asks for aggregated discovery v2.
 pub fn wants_aggregated(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
@@ -450,6 +485,8 @@ mod tests {
         // A wildcard keeps the target's bytes as they are.
         let wildcard = discovery(Resources::Wildcard);
         assert_eq!(wildcard.routed_only(body.clone()).unwrap(), body);
+        assert_eq!(cluster_scoped_of(&body), ["clusterthings"]);
+        assert!(cluster_scoped_of(b"not json").is_empty());
         assert!(named.routed_only(Bytes::from_static(b"<html>")).is_none());
     }
 

@@ -524,6 +524,29 @@ async fn a_cluster_scoped_resource_is_isolated_between_two_owned_clients_through
     .await;
     assert_eq!(lines(&cluster_scoped), ["regions.route.test"]);
 
+    // A namespaced path to it is the API server's 404, and mirrors no namespace to the target.
+    let ns = namespace(a.tenant, "no-mirror").await;
+    let client = a.tenant.client().await.unwrap();
+    let (code, answer) = raw(
+        &client,
+        "POST",
+        &format!("/apis/{ROUTE_GROUP}/v1/namespaces/{ns}/regions"),
+        Some("application/json"),
+        r#"{"apiVersion":"route.test/v1","kind":"Region","metadata":{"name":"in-a-namespace"}}"#,
+    )
+    .await;
+    assert_eq!(code, 404, "{answer}");
+    let mirrored = kubectl(
+        target,
+        &["get", "namespace", &ns, "--ignore-not-found", "-o", "name"],
+    )
+    .await;
+    assert_eq!(
+        mirrored.trim(),
+        "",
+        "no namespace is mirrored for a cluster-scoped resource"
+    );
+
     // B watches from before anything exists.
     let mut watch = b.tenant.kubectl();
     watch
