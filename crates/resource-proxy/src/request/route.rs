@@ -174,3 +174,122 @@ async fn resource_list(ctx: &ListenerContext) -> (Bytes, Source) {
     }
     (list, source)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::api::request_info::{Route, classify};
+    use crate::config::Resources;
+
+    /// Whether a request reaches the target under a named `parcels` entry of `g/v1`: `None` when
+    /// it is not a resource request at all (404 before routing).
+    fn routed(method: &str, path: &str, query: Option<&str>) -> Option<bool> {
+        match classify("g", "v1", method, path, query) {
+            Route::Resource(info) => {
+                Some(Resources::Named(vec!["parcels".into()]).routes(&info.resource))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_path_reaches_a_kind_no_entry_names() {
+        for (method, path, query, expected) in [
+            ("GET", "/apis/g/v1/namespaces/n/parcels", None, Some(true)),
+            ("GET", "/apis/g/v1/parcels", Some("watch=1"), Some(true)),
+            (
+                "PATCH",
+                "/apis/g/v1/namespaces/n/parcels/p/status",
+                None,
+                Some(true),
+            ),
+            (
+                "PUT",
+                "/apis/g/v1/namespaces/n/parcels/p/scale",
+                None,
+                Some(true),
+            ),
+            (
+                "GET",
+                "/apis/g/v1/watch/namespaces/n/parcels",
+                None,
+                Some(true),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n/gadgets", None, Some(false)),
+            ("GET", "/apis/g/v1/gadgets", Some("watch=true"), Some(false)),
+            (
+                "GET",
+                "/apis/g/v1/watch/namespaces/n/gadgets",
+                None,
+                Some(false),
+            ),
+            ("POST", "/apis/g/v1/namespaces/n/gadgets", None, Some(false)),
+            (
+                "DELETE",
+                "/apis/g/v1/namespaces/n/gadgets",
+                None,
+                Some(false),
+            ),
+            ("DELETE", "/apis/g/v1/gadgets/x", None, Some(false)),
+            // Percent-encoded and case variants of a sibling are the sibling (or nothing).
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/%67adgets",
+                None,
+                Some(false),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n/Parcels", None, Some(false)),
+            // A routed plural as a namespace, a name or a subresource routes nothing.
+            (
+                "GET",
+                "/apis/g/v1/namespaces/parcels/gadgets",
+                None,
+                Some(false),
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/gadgets/parcels",
+                None,
+                Some(false),
+            ),
+            (
+                "PATCH",
+                "/apis/g/v1/gadgets/parcels/status",
+                None,
+                Some(false),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n", None, Some(false)),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels",
+                Some("fieldSelector=metadata.name%3Dgadgets"),
+                Some(true),
+            ),
+            // Traversal and encoded separators never become a resource request.
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels/../gadgets",
+                None,
+                None,
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels/%2e%2e/gadgets",
+                None,
+                None,
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels%2F..%2Fgadgets",
+                None,
+                None,
+            ),
+            ("GET", "/apis/g/v1/proxy/gadgets", None, None),
+        ] {
+            assert_eq!(
+                routed(method, path, query),
+                expected,
+                "{method} {path} {query:?}"
+            );
+        }
+    }
+}

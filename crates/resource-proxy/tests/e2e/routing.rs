@@ -321,6 +321,28 @@ async fn a_kind_no_entry_names_is_absent_from_discovery_and_openapi_and_404_on_e
         assert_eq!(code, 404, "{method} {path}: {answer}");
         assert!(answer.starts_with("NotFound "), "{method} {path}: {answer}");
     }
+    // Straight to the listener (no aggregator to normalise the path): encoded and case
+    // spellings of the sibling are not routed either.
+    let aggregator = tenant.pki().front_proxy_client().unwrap();
+    for path in [
+        format!("{base}/namespaces/{ns}/%67adgets/g1"),
+        format!("{base}/namespaces/{ns}/Gadgets/g1"),
+        format!("{base}/namespaces/{ns}/parcels/%2e%2e/gadgets/g1"),
+    ] {
+        let (code, body) = direct_request(
+            proxy,
+            "DELETE",
+            &path,
+            Some(&aggregator),
+            &[
+                ("X-Remote-User", "admin"),
+                ("X-Remote-Group", "system:masters"),
+            ],
+            vec![],
+        )
+        .await;
+        assert_eq!(code, 404, "{path}: {body}");
+    }
     // The same requests for the routed kind are served (the 404 above is the routing's).
     let (code, answer) = raw(
         &client,
@@ -372,7 +394,6 @@ async fn a_kind_no_entry_names_is_absent_from_discovery_and_openapi_and_404_on_e
     assert!(!paths.iter().any(|p| p.contains("gadgets")), "{paths:?}");
 
     // OpenAPI v2 as the listener serves it to the aggregator.
-    let aggregator = tenant.pki().front_proxy_client().unwrap();
     let (code, body) = direct_request(
         proxy,
         "GET",
