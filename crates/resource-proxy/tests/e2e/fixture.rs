@@ -110,6 +110,12 @@ fn write(path: &Path, contents: &str) {
 /// itself in the tenant cluster), and waits until the tenant's `kubectl api-resources` lists the
 /// group/version. The proxy's serving CA is saved for direct requests.
 pub async fn start_proxy(spec: ProxySpec) -> Proxy {
+    start_proxy_via(spec, None).await
+}
+
+/// [`start_proxy`] with the target's peer at `peer_port` on loopback instead of the target's
+/// own port (a relay the test can cut).
+pub async fn start_proxy_via(spec: ProxySpec, peer_port: Option<u16>) -> Proxy {
     let cp = spec.cp;
     let group = spec.group;
     let tenant = cp.cluster(spec.tenant);
@@ -152,7 +158,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
             .unwrap()
             .display(),
         target = spec.target,
-        port = target.server_port(0),
+        port = peer_port.unwrap_or_else(|| target.server_port(0)),
         ca = p("target-ca.crt").display(),
         crt = p("target.crt").display(),
         key = p("target.key").display(),

@@ -2,7 +2,8 @@
 //! `parcels` (namespaced, with status and scale), `gadgets` (a sibling kind no named entry lists)
 //! and `regions` (cluster-scoped, with status). Tenants A and B proxy `parcels` and `regions`
 //! (two entries of one group/version) in `owned` mode; tenant C proxies `*.route.test/v1` in
-//! `all` mode.
+//! `all` mode. A cluster-scoped `zones.scope.test` is proxied through a relay the test cuts, to
+//! see the discovery served while the target is away.
 
 use std::time::Duration;
 
@@ -784,4 +785,143 @@ async fn a_cluster_scoped_resource_is_isolated_between_two_owned_clients_through
     let seen = String::from_utf8_lossy(&out.stdout);
     assert!(seen.contains(&format!("region.route.test/{rb}")), "{seen}");
     assert!(!seen.contains(&ra), "{seen}");
+}
+
+/// A loopback TCP relay to the target's API server that the test can cut, so one proxy sees its
+/// target go away while the shared target keeps serving the other tests.
+struct Relay {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(to: u16) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", to)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Relay { port, task }
+    }
+
+    /// Closes every relayed connection and the listening socket: new dials are refused.
+    fn cut(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+const ZONE_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: zones.scope.test}
+spec:
+  group: scope.test
+  scope: Cluster
+  names: {plural: zones, singular: zone, kind: Zone}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_discovery_keeps_a_cluster_scoped_resource_cluster_scoped() {
+    let cp = cp();
+    let _logs = cp.logs_on_failure();
+    let target = cp.cluster("target");
+    test_cluster::manifests::apply_crds_yaml(&target.client().await.unwrap(), ZONE_CRD)
+        .await
+        .unwrap();
+    let relay = Relay::start(target.server_port(0)).await;
+    let proxy = start_proxy_via(
+        ProxySpec {
+            cp,
+            group: "scope.test",
+            tenant: "tenant-c",
+            client_name: "scope-c",
+            project: "team-sc",
+            target: "target",
+            access: "owned",
+            resources: vec!["zones"],
+        },
+        Some(relay.port),
+    )
+    .await;
+    let zone = test_cluster::unique_name("zone");
+    kubectl_in(
+        proxy.tenant,
+        &["create", "-f", "-"],
+        &format!("apiVersion: scope.test/v1\nkind: Zone\nmetadata: {{name: {zone}}}\n"),
+    )
+    .await;
+    assert_eq!(
+        kubectl(
+            target,
+            &[
+                "get",
+                "zones.scope.test",
+                &zone,
+                "-o",
+                "jsonpath={.metadata.labels.vcluster\\.com/owner-vcluster}"
+            ]
+        )
+        .await,
+        "scope-c"
+    );
+
+    let fallbacks = || proxy.log_tail().matches("discovery served locally").count();
+    let before = fallbacks();
+    relay.cut();
+    let list: Value = serde_json::from_str(
+        &kubectl(proxy.tenant, &["get", "--raw", "/apis/scope.test/v1"]).await,
+    )
+    .unwrap();
+    assert!(
+        fallbacks() > before,
+        "the answer must be the proxy's fallback: {}",
+        proxy.log_tail()
+    );
+    let zones = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "zones")
+        .unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(zones["namespaced"], false, "{list}");
+    let cluster_scoped = kubectl(
+        proxy.tenant,
+        &[
+            "api-resources",
+            "--api-group",
+            "scope.test",
+            "--namespaced=false",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(lines(&cluster_scoped), ["zones.scope.test"]);
+    // The objects are the target's to serve: while it is away, a read is a 503.
+    let err = kubectl_err(proxy.tenant, &["get", "zones.scope.test", &zone]).await;
+    assert!(err.contains("unavailable"), "{err}");
 }
