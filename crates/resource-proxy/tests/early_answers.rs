@@ -111,6 +111,7 @@ async fn env() -> Env {
         version: "v1".into(),
         port: 0,
         resources: Resources::Named(vec!["widgets".into()]),
+        cluster_scoped: vec![],
         target: target_ref,
         access: AccessMode::Owned,
         entries: vec!["widgets.example.test/v1".into()],

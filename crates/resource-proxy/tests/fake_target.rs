@@ -230,6 +230,7 @@ async fn env(f: Behaviour) -> Env {
         version: "v1".into(),
         port: 0,
         resources: Resources::Named(vec!["widgets".into()]),
+        cluster_scoped: vec![],
         target: target_ref,
         access: AccessMode::Owned,
         entries: vec!["widgets.example.test/v1".into()],

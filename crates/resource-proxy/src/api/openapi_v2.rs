@@ -1,24 +1,49 @@
 //! The OpenAPI v2 (Swagger) document of one group/version, cut out of the target's whole
-//! `/openapi/v2`: the paths under `/apis/<group>/<version>/`, the definitions and parameters they
-//! refer to (transitively), and the document's frame (`swagger`, `info`, security). The client
-//! cluster's aggregator merges it into the client's `/openapi/v2`, which is what
-//! `kubectl explain --output=plaintext-openapiv2` and older clients read.
+//! `/openapi/v2`: the paths under `/apis/<group>/<version>/` of the routed resources
+//! ([`routed_path`]), the definitions and parameters they refer to (transitively), and the
+//! document's frame (`swagger`, `info`, security). The client cluster's aggregator merges it into
+//! the client's `/openapi/v2`, which is what `kubectl explain --output=plaintext-openapiv2` and
+//! older clients read.
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-/// What is left of `doc` for `group`/`version`.
-pub fn filter(doc: &Value, group: &str, version: &str) -> Value {
-    let prefix = format!("/apis/{group}/{version}/");
+use crate::config::Resources;
+
+/// Whether an OpenAPI path belongs to the routed resources of `group`/`version`: the
+/// group/version's own path (`/apis/<group>/<version>/`), or a path whose resource (after an
+/// optional `watch/` and `namespaces/{namespace}/`) is routed. Paths are the templates of the
+/// documents (`/apis/g/v1/namespaces/{namespace}/widgets/{name}/status`).
+pub fn routed_path(path: &str, group: &str, version: &str, resources: &Resources) -> bool {
+    let Some(rest) = path.strip_prefix(&format!("/apis/{group}/{version}")) else {
+        return false;
+    };
+    let Some(rest) = rest.strip_prefix('/') else {
+        // `/apis/g/v1` itself, not `/apis/g/v10`.
+        return rest.is_empty();
+    };
+    if rest.is_empty() {
+        return true;
+    }
+    let rest = rest.strip_prefix("watch/").unwrap_or(rest);
+    let segments: Vec<&str> = rest.split('/').collect();
+    let resource = match segments.as_slice() {
+        ["namespaces", _, resource, ..] => resource,
+        [resource, ..] => resource,
+        [] => return false,
+    };
+    resources.routes(resource)
+}
+
+/// What is left of `doc` for the routed `resources` of `group`/`version`.
+pub fn filter(doc: &Value, group: &str, version: &str, resources: &Resources) -> Value {
     let paths: Map<String, Value> = doc["paths"]
         .as_object()
         .map(|paths| {
             paths
                 .iter()
-                .filter(|(path, _)| {
-                    path.starts_with(&prefix) || path.as_str() == prefix.trim_end_matches('/')
-                })
+                .filter(|(path, _)| routed_path(path, group, version, resources))
                 .map(|(path, item)| (path.clone(), item.clone()))
                 .collect()
         })
@@ -162,7 +187,7 @@ mod tests {
 
     #[test]
     fn only_the_group_versions_paths_and_what_they_refer_to_are_kept() {
-        let out = filter(&doc(), "example.test", "v1");
+        let out = filter(&doc(), "example.test", "v1", &Resources::Wildcard);
         assert_eq!(
             keys(&out["paths"]),
             [
@@ -190,12 +215,111 @@ mod tests {
 
     #[test]
     fn a_group_version_the_target_does_not_serve_leaves_an_empty_document() {
-        let out = filter(&doc(), "absent.test", "v1");
+        let out = filter(&doc(), "absent.test", "v1", &Resources::Wildcard);
         assert_eq!(out["paths"], json!({}));
         assert_eq!(out["definitions"], json!({}));
         assert!(out.get("parameters").is_none());
         assert_eq!(empty()["paths"], json!({}));
         assert_eq!(empty()["swagger"], "2.0");
+    }
+
+    fn widgets_only() -> Resources {
+        Resources::Named(vec!["widgets".into()])
+    }
+
+    #[test]
+    fn routed_paths_are_those_of_the_routed_resources() {
+        let wildcard = Resources::Wildcard;
+        for (path, named, all) in [
+            ("/apis/g/v1", true, true),
+            ("/apis/g/v1/", true, true),
+            ("/apis/g/v1/widgets", true, true),
+            ("/apis/g/v1/widgets/{name}", true, true),
+            ("/apis/g/v1/widgets/{name}/status", true, true),
+            ("/apis/g/v1/namespaces/{namespace}/widgets", true, true),
+            (
+                "/apis/g/v1/namespaces/{namespace}/widgets/{name}/scale",
+                true,
+                true,
+            ),
+            ("/apis/g/v1/watch/widgets", true, true),
+            (
+                "/apis/g/v1/watch/namespaces/{namespace}/widgets/{name}",
+                true,
+                true,
+            ),
+            ("/apis/g/v1/gadgets", false, true),
+            ("/apis/g/v1/gadgets/{name}/status", false, true),
+            ("/apis/g/v1/namespaces/{namespace}/gadgets", false, true),
+            (
+                "/apis/g/v1/watch/namespaces/{namespace}/gadgets",
+                false,
+                true,
+            ),
+            ("/apis/g/v1/watch/gadgets", false, true),
+            ("/apis/g/v1/widgetsx", false, true),
+            // Another group/version is never routed.
+            ("/apis/g/v10/widgets", false, false),
+            ("/apis/g/v2/widgets", false, false),
+            ("/apis/gg/v1/widgets", false, false),
+            ("/apis/h/v1/widgets", false, false),
+            ("/api/v1/pods", false, false),
+        ] {
+            assert_eq!(
+                routed_path(path, "g", "v1", &widgets_only()),
+                named,
+                "{path}"
+            );
+            assert_eq!(
+                routed_path(path, "g", "v1", &wildcard),
+                all,
+                "wildcard {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_named_entry_keeps_only_its_kinds_paths_and_definitions() {
+        let doc = json!({
+            "paths": {
+                "/apis/g/v1/": {"get": {"schema": {"$ref": "#/definitions/meta.APIResourceList"}}},
+                "/apis/g/v1/namespaces/{namespace}/widgets/{name}": {"get": {"schema": {"$ref": "#/definitions/g.v1.Widget"}}},
+                "/apis/g/v1/watch/namespaces/{namespace}/widgets": {"get": {"schema": {"$ref": "#/definitions/meta.WatchEvent"}}},
+                "/apis/g/v1/namespaces/{namespace}/gadgets/{name}": {"get": {"schema": {"$ref": "#/definitions/g.v1.Gadget"}}},
+                "/apis/g/v1/watch/gadgets": {"get": {"schema": {"$ref": "#/definitions/meta.WatchEvent"}}},
+            },
+            "definitions": {
+                "meta.APIResourceList": {"type": "object"},
+                "meta.WatchEvent": {"type": "object"},
+                "meta.ObjectMeta": {"type": "object"},
+                "g.v1.Widget": {"properties": {"metadata": {"$ref": "#/definitions/meta.ObjectMeta"}}},
+                "g.v1.Gadget": {"properties": {"metadata": {"$ref": "#/definitions/meta.ObjectMeta"},
+                    "spec": {"$ref": "#/definitions/g.v1.GadgetSpec"}}},
+                "g.v1.GadgetSpec": {"type": "object"},
+            },
+        });
+        let out = filter(&doc, "g", "v1", &widgets_only());
+        assert_eq!(
+            keys(&out["paths"]),
+            [
+                "/apis/g/v1/",
+                "/apis/g/v1/namespaces/{namespace}/widgets/{name}",
+                "/apis/g/v1/watch/namespaces/{namespace}/widgets",
+            ]
+        );
+        assert_eq!(
+            keys(&out["definitions"]),
+            [
+                "g.v1.Widget",
+                "meta.APIResourceList",
+                "meta.ObjectMeta",
+                "meta.WatchEvent"
+            ]
+        );
+        // The wildcard keeps the sibling kind.
+        let all = filter(&doc, "g", "v1", &Resources::Wildcard);
+        assert!(all["definitions"].get("g.v1.GadgetSpec").is_some());
+        assert_eq!(all["paths"].as_object().unwrap().len(), 5);
     }
 
     #[test]
@@ -207,6 +331,9 @@ mod tests {
                 "b": {"properties": {"a": {"$ref": "#/definitions/a"}, "missing": {"$ref": "#/definitions/gone"}}},
             },
         });
-        assert_eq!(keys(&filter(&doc, "g", "v1")["definitions"]), ["a", "b"]);
+        assert_eq!(
+            keys(&filter(&doc, "g", "v1", &Resources::Wildcard)["definitions"]),
+            ["a", "b"]
+        );
     }
 }

@@ -54,6 +54,11 @@ impl ConfigFile {
                     version: first_parsed.version.clone(),
                     // Bounded by validate_ports.
                     port: base + u16::try_from(index).expect(valid),
+                    cluster_scoped: entries
+                        .iter()
+                        .filter(|(_, _, e)| written(&e.scope) == Some("Cluster"))
+                        .filter_map(|(_, k, _)| k.resource.clone())
+                        .collect(),
                     resources: if named.is_empty() {
                         Resources::Wildcard
                     } else {

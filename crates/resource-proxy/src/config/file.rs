@@ -57,6 +57,10 @@ pub struct CustomResourceProxy {
     pub target_virtual_cluster: Option<TargetVirtualCluster>,
     /// `owned` (default) or `all`.
     pub access_resources: Option<String>,
+    /// `Namespaced` (default) or `Cluster`: the resource's scope in the discovery synthesized
+    /// before the target has answered (the target's discovery decides once it has). Only on an
+    /// entry that names its resource. An addition to vCluster's shape.
+    pub scope: Option<String>,
 }
 
 /// `targetVirtualCluster` of an entry.

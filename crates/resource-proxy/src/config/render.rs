@@ -27,7 +27,17 @@ pub fn render_listeners(config: &Config) -> String {
     for l in &config.listeners {
         let resources = match &l.resources {
             Resources::Wildcard => "* (every resource the target serves)".to_owned(),
-            Resources::Named(names) => names.join(", "),
+            Resources::Named(names) => names
+                .iter()
+                .map(|n| {
+                    if l.cluster_scoped.contains(n) {
+                        format!("{n} (cluster-scoped)")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", l.group_version());

@@ -82,13 +82,29 @@ impl AccessMode {
     }
 }
 
-/// Resources named by the enabled entries of a group/version (used for fallback discovery).
+/// The resources of a group/version the enabled entries route: what requests may reach, what
+/// discovery and the OpenAPI documents show, and what the fallback discovery lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resources {
     /// A `*.group/version` entry: whatever the target serves.
     Wildcard,
-    /// Explicit resource plurals, sorted.
+    /// Explicit resource plurals, sorted: only these (with their subresources).
     Named(Vec<String>),
+}
+
+impl Resources {
+    /// Whether `resource` is routed. It is a plural as in a request path (`widgets`) or a
+    /// discovery name with its subresource (`widgets/status`); a subresource goes with its
+    /// resource.
+    pub fn routes(&self, resource: &str) -> bool {
+        match self {
+            Resources::Wildcard => true,
+            Resources::Named(names) => {
+                let plural = resource.split_once('/').map_or(resource, |(p, _)| p);
+                names.iter().any(|n| n == plural)
+            }
+        }
+    }
 }
 
 /// One listener: an enabled group/version.
@@ -102,6 +118,9 @@ pub struct GroupVersionListener {
     pub port: u16,
     /// Configured resources.
     pub resources: Resources,
+    /// The named resources configured `scope: Cluster`, sorted: cluster-scoped in the discovery
+    /// synthesized before the target has answered.
+    pub cluster_scoped: Vec<String>,
     /// Where requests go.
     pub target: TargetRef,
     /// Visibility mode.

@@ -180,6 +180,40 @@ fn wildcard_entry_resolves_to_wildcard_resources() {
 }
 
 #[test]
+fn only_the_resources_of_enabled_entries_are_routed_and_a_wildcard_routes_all() {
+    let config = resolved(&with_resources(
+        "  widgets.example.com/v1:\n    enabled: true\n    targetVirtualCluster: {name: target}\n\
+         \x20 gadgets.example.com/v1:\n    enabled: true\n    targetVirtualCluster: {name: target}\n\
+         \x20 sprockets.example.com/v1:\n    enabled: false\n    targetVirtualCluster: {name: target}\n\
+         \x20 '*.other.com/v1':\n    enabled: true\n    targetVirtualCluster: {name: target}\n",
+    ));
+    let named = &config.listeners[0].resources;
+    let wildcard = &config.listeners[1].resources;
+    for (resource, routed_by_named) in [
+        ("widgets", true),
+        ("gadgets", true),
+        ("widgets/status", true),
+        ("widgets/scale", true),
+        ("gadgets/status", true),
+        // A disabled entry routes nothing.
+        ("sprockets", false),
+        ("sprockets/status", false),
+        // Exact plurals only: no singular, prefix, kind or case variant.
+        ("widget", false),
+        ("widgetsx", false),
+        ("Widgets", false),
+        ("Widget", false),
+        ("", false),
+        ("namespaces", false),
+        // A subresource named like a routed resource does not route its parent.
+        ("sprockets/widgets", false),
+    ] {
+        assert_eq!(named.routes(resource), routed_by_named, "{resource}");
+        assert!(wildcard.routes(resource), "wildcard: {resource}");
+    }
+}
+
+#[test]
 fn target_project_defaults_to_the_client_project_and_access_all_is_kept() {
     let config = resolved(&with_resources(
         "  widgets.example.com/v1:\n    enabled: true\n    accessResources: all\n    targetVirtualCluster: {name: target-b, project: other}\n",
@@ -255,6 +289,35 @@ fn bad_access_mode_is_rejected() {
     assert_eq!(
         errs[0].to_string(),
         "customResources['widgets.example.com/v1'].accessResources: invalid value \"mine\", must be 'owned' or 'all'"
+    );
+}
+
+#[test]
+fn scope_marks_named_resources_cluster_scoped_and_is_checked() {
+    let config = resolved(&with_resources(
+        "  regions.example.com/v1:\n    enabled: true\n    scope: Cluster\n    targetVirtualCluster: {name: target}\n\
+         \x20 widgets.example.com/v1:\n    enabled: true\n    scope: Namespaced\n    targetVirtualCluster: {name: target}\n\
+         \x20 gadgets.example.com/v1:\n    enabled: true\n    targetVirtualCluster: {name: target}\n",
+    ));
+    assert_eq!(config.listeners[0].cluster_scoped, ["regions"]);
+    assert!(
+        render_listeners(&config)
+            .contains("resources:  gadgets, regions (cluster-scoped), widgets")
+    );
+
+    let errs = errors(&with_resources(
+        "  regions.example.com/v1:\n    scope: cluster\n    targetVirtualCluster: {name: target}\n\
+         \x20 '*.other.com/v1':\n    scope: Cluster\n    targetVirtualCluster: {name: target}\n",
+    ));
+    let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            "customResources['*.other.com/v1'].scope: is only valid on an entry that names its \
+             resource: a wildcard entry takes every resource's scope from the target's discovery",
+            "customResources['regions.example.com/v1'].scope: invalid value \"cluster\", must be \
+             'Namespaced' or 'Cluster'",
+        ]
     );
 }
 

@@ -203,6 +203,23 @@ impl ConfigFile {
             if let Some(project) = written(&target.project) {
                 errs.dns_label(format!("{path}.targetVirtualCluster.project"), project);
             }
+            if let Some(scope) = written(&entry.scope) {
+                if scope != "Namespaced" && scope != "Cluster" {
+                    errs.push(
+                        format!("{path}.scope"),
+                        format!("invalid value {scope:?}, must be 'Namespaced' or 'Cluster'"),
+                    );
+                } else if keys
+                    .get(key)
+                    .is_some_and(|k: &ResourceKey| k.resource.is_none())
+                {
+                    errs.push(
+                        format!("{path}.scope"),
+                        "is only valid on an entry that names its resource: a wildcard entry \
+                         takes every resource's scope from the target's discovery",
+                    );
+                }
+            }
             if let Some(mode) = written(&entry.access_resources)
                 && mode != "owned"
                 && mode != "all"

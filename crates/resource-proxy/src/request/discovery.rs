@@ -2,10 +2,12 @@
 //! APIGroupList), `/apis/<group>` and `/apis/<group>/<version>`, plus the OpenAPI v3 root
 //! filtered to the own group/version, and the OpenAPI v2 document cut down to it.
 //!
-//! `/apis/<group>/<version>` comes from the target; when the target cannot answer (unreachable,
+//! `/apis/<group>/<version>` comes from the target, with only the resources the entries route
+//! (all for a wildcard entry, else the named ones and their subresources); when the target cannot answer (unreachable,
 //! 401, 404, 5xx) it is served from the last good answer, else synthesized from the configured
 //! resources (RP-13), so the APIService stays Available and `kubectl api-resources` keeps working.
-//! `/openapi/v2` follows the same rule: the target's document filtered to the group/version
+//! The OpenAPI v3 documents of a named entry hold only its resources ([`crate::api::openapi_v3`]).
+//! `/openapi/v2` follows the same rule as the resource list: the target's document filtered to the group/version
 //! ([`crate::api::openapi_v2`]), revalidated with the target's ETag, the last good one while the
 //! target cannot answer, an empty document before there is one; the aggregator asks every
 //! minute and must not see a failure.
@@ -17,7 +19,7 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
-use crate::api::openapi_v2;
+use crate::api::{openapi_v2, openapi_v3};
 use crate::config::{GroupVersionListener, Resources};
 use crate::target::TargetClient;
 
@@ -38,7 +40,10 @@ pub struct Discovery {
     group: String,
     version: String,
     resources: Resources,
+    cluster_scoped: Vec<String>,
     last_good: RwLock<Option<Bytes>>,
+    /// The cluster-scoped resources of the target's last good resource list; `None` before it.
+    scopes_seen: RwLock<Option<Vec<String>>>,
     openapi_v2: RwLock<Option<OpenApiV2>>,
 }
 
@@ -55,7 +60,9 @@ impl Discovery {
             group: listener.group.clone(),
             version: listener.version.clone(),
             resources: listener.resources.clone(),
+            cluster_scoped: listener.cluster_scoped.clone(),
             last_good: RwLock::new(None),
+            scopes_seen: RwLock::new(None),
             openapi_v2: RwLock::new(None),
         }
     }
@@ -71,8 +78,12 @@ impl Discovery {
         let why = match target.send(req).await {
             Ok(resp) if resp.status() == StatusCode::OK => match resp.into_body().collect().await {
                 Ok(body) => {
-                    let body = body.to_bytes();
-                    if serde_json::from_slice::<Value>(&body).is_ok() {
+                    if let Some(body) = self.routed_only(body.to_bytes()) {
+                        *self
+                            .scopes_seen
+                            .write()
+                            .unwrap_or_else(PoisonError::into_inner) =
+                            Some(cluster_scoped_of(&body));
                         *self
                             .last_good
                             .write()
@@ -101,8 +112,25 @@ impl Discovery {
         )
     }
 
-    /// A resource list made from the configuration alone: each named resource namespaced, verb
-    /// `get` only; a wildcard entry lists nothing. Kinds are guessed from the plural.
+    /// The target's APIResourceList with only the routed resources (and their subresources);
+    /// `None` when it is not JSON. A wildcard keeps the target's bytes.
+    fn routed_only(&self, body: Bytes) -> Option<Bytes> {
+        let mut list: Value = serde_json::from_slice(&body).ok()?;
+        if self.resources == Resources::Wildcard {
+            return Some(body);
+        }
+        if let Some(resources) = list["resources"].as_array_mut() {
+            resources.retain(|r| {
+                r["name"]
+                    .as_str()
+                    .is_some_and(|name| self.resources.routes(name))
+            });
+        }
+        Some(Bytes::from(list.to_string()))
+    }
+
+    /// A resource list made from the configuration alone: each named resource with its configured
+    /// scope (namespaced unless `scope: Cluster`), verb `get` only; a wildcard entry lists nothing. Kinds are guessed from the plural.
     fn synthesized(&self) -> Value {
         let resources: Vec<Value> = match &self.resources {
             Resources::Wildcard => Vec::new(),
@@ -112,7 +140,7 @@ impl Discovery {
                     json!({
                         "name": plural,
                         "singularName": singular(plural),
-                        "namespaced": true,
+                        "namespaced": !self.cluster_scoped.contains(plural),
                         "kind": kind_guess(plural),
                         "verbs": ["get"],
                     })
@@ -125,6 +153,19 @@ impl Discovery {
             "groupVersion": format!("{}/{}", self.group, self.version),
             "resources": resources,
         })
+    }
+
+    /// Whether `resource` is cluster-scoped: as the target's last good resource list says, or
+    /// before there is one, as configured (`scope: Cluster`).
+    pub fn is_cluster_scoped(&self, resource: &str) -> bool {
+        match &*self
+            .scopes_seen
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(seen) => seen.iter().any(|r| r == resource),
+            None => self.cluster_scoped.iter().any(|r| r == resource),
+        }
     }
 
     /// The APIGroup of `/apis/<group>`.
@@ -213,9 +254,53 @@ impl Discovery {
             && let Ok(root) = serde_json::from_slice::<Value>(&body.to_bytes())
             && let Some(entry) = root["paths"].get(&key)
         {
-            paths.insert(key, entry.clone());
+            let mut entry = entry.clone();
+            if self.resources != Resources::Wildcard
+                && let Some(url) = entry["serverRelativeURL"].as_str()
+                && let Some((path, hash)) = url.split_once("?hash=")
+            {
+                entry["serverRelativeURL"] = format!(
+                    "{path}?hash={}",
+                    openapi_v3::routed_hash(hash, &self.resources)
+                )
+                .into();
+            }
+            paths.insert(key, entry);
         }
         json!({"paths": paths})
+    }
+
+    /// The target's OpenAPI v3 document of the group/version with only the routed resources
+    /// (for a named entry; a wildcard's is forwarded as it is). The target is asked without the
+    /// caller's hash, which is [`openapi_v3::routed_hash`]'s, not the target's.
+    pub async fn openapi_v3_routed(&self, target: &TargetClient) -> Result<Value, String> {
+        let req = Request::get(format!("/openapi/v3/apis/{}/{}", self.group, self.version))
+            .header(http::header::ACCEPT, "application/json")
+            .body(Bytes::new())
+            .expect("valid request");
+        let resp = target.send(req).await.map_err(|e| e.to_string())?;
+        if resp.status() != StatusCode::OK {
+            return Err(format!("the target answered {}", resp.status().as_u16()));
+        }
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the target's answer: {e}"))?
+            .to_bytes();
+        let doc: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("the target's answer is not JSON: {e}"))?;
+        Ok(openapi_v3::filter(
+            &doc,
+            &self.group,
+            &self.version,
+            &self.resources,
+        ))
+    }
+
+    /// Whether requests for the OpenAPI v3 document are forwarded as they are (a wildcard entry).
+    pub fn openapi_v3_whole(&self) -> bool {
+        self.resources == Resources::Wildcard
     }
 
     /// The OpenAPI v2 document of the group/version (see the module docs); `Err` carries why
@@ -241,7 +326,13 @@ impl Discovery {
                     Ok(body) => match serde_json::from_slice::<Value>(&body.to_bytes()) {
                         Ok(doc) => {
                             let document = Bytes::from(
-                                openapi_v2::filter(&doc, &self.group, &self.version).to_string(),
+                                openapi_v2::filter(
+                                    &doc,
+                                    &self.group,
+                                    &self.version,
+                                    &self.resources,
+                                )
+                                .to_string(),
                             );
                             *self
                                 .openapi_v2
@@ -265,6 +356,20 @@ impl Discovery {
             .unwrap_or_else(|| Bytes::from(openapi_v2::empty().to_string()));
         Err((document, why))
     }
+}
+
+/// The resources (not subresources) an APIResourceList marks `namespaced: false`.
+fn cluster_scoped_of(list: &[u8]) -> Vec<String> {
+    let list: Value = serde_json::from_slice(list).unwrap_or(Value::Null);
+    list["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["namespaced"] == Value::Bool(false))
+        .filter_map(|r| r["name"].as_str())
+        .filter(|name| !name.contains('/'))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether an `Accept` header asks for aggregated discovery v2.
@@ -302,6 +407,7 @@ mod tests {
             version: "v1".into(),
             port: 9100,
             resources,
+            cluster_scoped: vec!["regions".into()],
             target: TargetRef {
                 project: "p".into(),
                 name: "t".into(),
@@ -320,10 +426,68 @@ mod tests {
         assert_eq!(list["resources"][0]["kind"], "Widget");
         assert_eq!(list["resources"][0]["namespaced"], true);
         assert_eq!(list["resources"][0]["verbs"], serde_json::json!(["get"]));
+        let d = discovery(Resources::Named(vec!["regions".into(), "widgets".into()]));
+        let list = d.synthesized();
+        assert_eq!(list["resources"][0]["name"], "regions");
+        assert_eq!(list["resources"][0]["namespaced"], false);
+        assert_eq!(list["resources"][1]["namespaced"], true);
+        let agg = d.aggregated(list.to_string().as_bytes());
+        assert_eq!(
+            agg["items"][0]["versions"][0]["resources"][0]["scope"],
+            "Cluster"
+        );
         assert_eq!(
             discovery(Resources::Wildcard).synthesized()["resources"],
             serde_json::json!([])
         );
+    }
+
+    #[test]
+    fn the_targets_resource_list_keeps_only_the_routed_resources_and_their_subresources() {
+        let target = json!({"kind": "APIResourceList", "groupVersion": "example.test/v1", "resources": [
+            {"name": "widgets", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/status", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/scale", "namespaced": true, "kind": "Scale", "verbs": ["get"]},
+            {"name": "gadgets", "namespaced": true, "kind": "Gadget", "verbs": ["get"]},
+            {"name": "gadgets/status", "namespaced": true, "kind": "Gadget", "verbs": ["get"]},
+            {"name": "clusterthings", "namespaced": false, "kind": "ClusterThing", "verbs": ["get"]},
+        ]});
+        let body = Bytes::from(target.to_string());
+        let names = |d: &Discovery| -> Vec<String> {
+            let out: Value = serde_json::from_slice(&d.routed_only(body.clone()).unwrap()).unwrap();
+            out["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let named = discovery(Resources::Named(vec![
+            "clusterthings".into(),
+            "widgets".into(),
+        ]));
+        assert_eq!(
+            names(&named),
+            [
+                "widgets",
+                "widgets/status",
+                "widgets/scale",
+                "clusterthings"
+            ]
+        );
+        // The aggregated document is built from it: no sibling kind, the scope as the target says.
+        let agg = named.aggregated(&named.routed_only(body.clone()).unwrap());
+        let resources = &agg["items"][0]["versions"][0]["resources"];
+        assert_eq!(resources.as_array().unwrap().len(), 2);
+        assert_eq!(resources[0]["resource"], "widgets");
+        assert_eq!(resources[1]["resource"], "clusterthings");
+        assert_eq!(resources[1]["scope"], "Cluster");
+        // A wildcard keeps the target's bytes as they are.
+        let wildcard = discovery(Resources::Wildcard);
+        assert_eq!(wildcard.routed_only(body.clone()).unwrap(), body);
+        assert_eq!(cluster_scoped_of(&body), ["clusterthings"]);
+        assert!(cluster_scoped_of(b"not json").is_empty());
+        assert!(named.routed_only(Bytes::from_static(b"<html>")).is_none());
     }
 
     #[test]

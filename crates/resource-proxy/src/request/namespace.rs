@@ -1,5 +1,6 @@
 //! Namespaces of namespaced writes (RP-8): the namespace must exist in the client cluster, and
-//! it is mirrored to the target.
+//! it is mirrored to the target. Cluster-scoped resources have none: nothing is mirrored for
+//! them, and a namespaced path to one is the API server's 404.
 
 use bytes::Bytes;
 use http::header;
@@ -23,6 +24,11 @@ pub(super) async fn require_and_mirror(
     let (Some(ns), true) = (&info.namespace, info.verb.writes_body()) else {
         return Ok(());
     };
+    // A cluster-scoped resource has no namespaced path: the API server's 404, and no namespace
+    // is mirrored for it.
+    if ctx.discovery.is_cluster_scoped(&info.resource) {
+        return Err(Outcome::status(Status::path_not_found(), verb, "not_found").into());
+    }
     let group = ctx.listener.group.as_str();
     match client_namespace(ctx, ns).await {
         Ok(None) => {

@@ -1,6 +1,7 @@
 //! Routing: the caller is authenticated (RP-4), connection upgrades are refused, and the request
 //! is classified (RP-5): discovery and the OpenAPI documents (v3, and v2 filtered as v3 is) are
-//! answered here ([`super::discovery`], RP-13), resource requests go on to [`super::resource`].
+//! answered here ([`super::discovery`], RP-13), resource requests of the routed resources go on
+//! to [`super::resource`], the others are 404 as for a resource the API server does not serve.
 
 use bytes::Bytes;
 use http::header;
@@ -10,7 +11,7 @@ use super::context::ListenerContext;
 use super::discovery::{self, Source};
 use super::forward::forward;
 use super::headers::{header_str, is_upgrade};
-use super::outcome::{Outcome, bytes_response, json_response};
+use super::outcome::{Outcome, bytes_response, json_response, unavailable};
 use super::resource::resource_request;
 use crate::api::request_info::{Route, classify};
 use crate::api::status::Status;
@@ -109,6 +110,23 @@ pub(super) async fn route(
             verb: "get".into(),
             reason: "discovery",
         },
+        Route::OpenApiV3GroupVersion if !ctx.discovery.openapi_v3_whole() => {
+            match ctx.discovery.openapi_v3_routed(&ctx.target).await {
+                Ok(document) => Outcome {
+                    response: json_response(StatusCode::OK, "application/json", &document),
+                    verb: "get".into(),
+                    reason: "discovery",
+                },
+                Err(why) => {
+                    tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, "OpenAPI v3 not served: the target could not answer");
+                    unavailable(
+                        "get",
+                        "upstream_error",
+                        "the target could not serve the OpenAPI v3 document",
+                    )
+                }
+            }
+        }
         Route::OpenApiV3GroupVersion => {
             let path_and_query = req
                 .uri()
@@ -125,6 +143,12 @@ pub(super) async fn route(
                 false,
             )
             .await
+        }
+        // A kind of the group/version no entry names is unknown to the client, as the API
+        // server answers for a resource it does not serve; the target is not asked.
+        Route::Resource(info) if !l.resources.routes(&info.resource) => {
+            tracing::debug!(resource = %info.resource, verb = info.verb.as_str(), "refused a resource no customResources entry routes");
+            Outcome::status(Status::path_not_found(), info.verb.as_str(), "not_routed")
         }
         Route::Resource(info) => resource_request(ctx, info, req).await,
     }
@@ -149,4 +173,123 @@ async fn resource_list(ctx: &ListenerContext) -> (Bytes, Source) {
         tracing::warn!(group_version = %ctx.listener.group_version(), target = ctx.target.name(), cause = %why, answer = reason, "discovery served locally: the target could not answer");
     }
     (list, source)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::request_info::{Route, classify};
+    use crate::config::Resources;
+
+    /// Whether a request reaches the target under a named `parcels` entry of `g/v1`: `None` when
+    /// it is not a resource request at all (404 before routing).
+    fn routed(method: &str, path: &str, query: Option<&str>) -> Option<bool> {
+        match classify("g", "v1", method, path, query) {
+            Route::Resource(info) => {
+                Some(Resources::Named(vec!["parcels".into()]).routes(&info.resource))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_path_reaches_a_kind_no_entry_names() {
+        for (method, path, query, expected) in [
+            ("GET", "/apis/g/v1/namespaces/n/parcels", None, Some(true)),
+            ("GET", "/apis/g/v1/parcels", Some("watch=1"), Some(true)),
+            (
+                "PATCH",
+                "/apis/g/v1/namespaces/n/parcels/p/status",
+                None,
+                Some(true),
+            ),
+            (
+                "PUT",
+                "/apis/g/v1/namespaces/n/parcels/p/scale",
+                None,
+                Some(true),
+            ),
+            (
+                "GET",
+                "/apis/g/v1/watch/namespaces/n/parcels",
+                None,
+                Some(true),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n/gadgets", None, Some(false)),
+            ("GET", "/apis/g/v1/gadgets", Some("watch=true"), Some(false)),
+            (
+                "GET",
+                "/apis/g/v1/watch/namespaces/n/gadgets",
+                None,
+                Some(false),
+            ),
+            ("POST", "/apis/g/v1/namespaces/n/gadgets", None, Some(false)),
+            (
+                "DELETE",
+                "/apis/g/v1/namespaces/n/gadgets",
+                None,
+                Some(false),
+            ),
+            ("DELETE", "/apis/g/v1/gadgets/x", None, Some(false)),
+            // Percent-encoded and case variants of a sibling are the sibling (or nothing).
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/%67adgets",
+                None,
+                Some(false),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n/Parcels", None, Some(false)),
+            // A routed plural as a namespace, a name or a subresource routes nothing.
+            (
+                "GET",
+                "/apis/g/v1/namespaces/parcels/gadgets",
+                None,
+                Some(false),
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/gadgets/parcels",
+                None,
+                Some(false),
+            ),
+            (
+                "PATCH",
+                "/apis/g/v1/gadgets/parcels/status",
+                None,
+                Some(false),
+            ),
+            ("GET", "/apis/g/v1/namespaces/n", None, Some(false)),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels",
+                Some("fieldSelector=metadata.name%3Dgadgets"),
+                Some(true),
+            ),
+            // Traversal and encoded separators never become a resource request.
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels/../gadgets",
+                None,
+                None,
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels/%2e%2e/gadgets",
+                None,
+                None,
+            ),
+            (
+                "GET",
+                "/apis/g/v1/namespaces/n/parcels%2F..%2Fgadgets",
+                None,
+                None,
+            ),
+            ("GET", "/apis/g/v1/proxy/gadgets", None, None),
+        ] {
+            assert_eq!(
+                routed(method, path, query),
+                expected,
+                "{method} {path} {query:?}"
+            );
+        }
+    }
 }

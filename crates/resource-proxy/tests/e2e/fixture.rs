@@ -110,6 +110,12 @@ fn write(path: &Path, contents: &str) {
 /// itself in the tenant cluster), and waits until the tenant's `kubectl api-resources` lists the
 /// group/version. The proxy's serving CA is saved for direct requests.
 pub async fn start_proxy(spec: ProxySpec) -> Proxy {
+    start_proxy_via(spec, None).await
+}
+
+/// [`start_proxy`] with the target's peer at `peer_port` on loopback instead of the target's
+/// own port (a relay the test can cut).
+pub async fn start_proxy_via(spec: ProxySpec, peer_port: Option<u16>) -> Proxy {
     let cp = spec.cp;
     let group = spec.group;
     let tenant = cp.cluster(spec.tenant);
@@ -136,7 +142,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
     let mut entries = String::new();
     for r in &spec.resources {
         entries.push_str(&format!(
-            "  {r}.{group}/{VERSION}:\n    enabled: true\n    accessResources: {}\n    targetVirtualCluster: {{name: {}, project: {}}}\n",
+            "  '{r}.{group}/{VERSION}':\n    enabled: true\n    accessResources: {}\n    targetVirtualCluster: {{name: {}, project: {}}}\n",
             spec.access, spec.target, spec.project
         ));
     }
@@ -152,7 +158,7 @@ pub async fn start_proxy(spec: ProxySpec) -> Proxy {
             .unwrap()
             .display(),
         target = spec.target,
-        port = target.server_port(0),
+        port = peer_port.unwrap_or_else(|| target.server_port(0)),
         ca = p("target-ca.crt").display(),
         crt = p("target.crt").display(),
         key = p("target.key").display(),
@@ -239,7 +245,13 @@ async fn wait_available(proxy: &Proxy, group: &str, resource: &str) {
             .kubectl_ok(&["api-resources", "--api-group", group, "-o", "name"])
             .await
             .unwrap_or_default();
-        if out.contains(&format!("{resource}.{group}")) {
+        // A wildcard entry is available once the group lists anything.
+        let listed = if resource == "*" {
+            out.lines().any(|l| l.ends_with(&format!(".{group}")))
+        } else {
+            out.contains(&format!("{resource}.{group}"))
+        };
+        if listed {
             return;
         }
         if tokio::time::Instant::now() > deadline {

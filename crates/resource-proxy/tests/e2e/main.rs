@@ -2,7 +2,8 @@
 //! `resource-proxy` binary between them, and the built kubectl as the user's client.
 //!
 //! One control plane per test binary: a `target` cluster holding the CRDs, and tenant clusters
-//! whose proxies forward `widgets.example.test/v1` (and more) to it. Tests work in their own
+//! whose proxies forward `widgets.example.test/v1` (and more) to it, and `route.test/v1` with
+//! a sibling kind no entry names and a cluster-scoped kind (`routing`). Tests work in their own
 //! namespaces.
 
 mod boundaries;
@@ -14,6 +15,7 @@ mod isolation;
 mod kubectl_verbs;
 mod openapi;
 mod owner_references;
+mod routing;
 mod topologies;
 mod watches;
 
