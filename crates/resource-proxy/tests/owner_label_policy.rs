@@ -976,3 +976,135 @@ async fn without_permission_the_proxy_warns_and_keeps_serving() {
     .await;
     assert_eq!(owner_of("gadget", &ns, "d").await, owned("client-b"));
 }
+
+/// A resource-proxy configuration for client `client` of project `default` proxying
+/// `entry` to the target (no listener is started: the file is only read), with its client
+/// certificate in the target.
+fn in_process_config(dir: &Path, client: &str, entry: &str) -> resource_proxy::config::Config {
+    let target = target();
+    let p = |n: &str| dir.join(n);
+    std::fs::write(p("target-ca.crt"), target.ca_pem()).unwrap();
+    let cred = target
+        .mint_client_cert(&format!("loft:vcluster:p-default:{client}"), &[])
+        .unwrap();
+    std::fs::write(p("target.crt"), &cred.cert_pem).unwrap();
+    std::fs::write(p("target.key"), &cred.key_pem).unwrap();
+    resource_proxy::config::Config::from_yaml(&format!(
+        "client: {{name: {client}, project: default, kubeconfig: /unused}}\napplyOwnerLabelPolicy: true\ncustomResources:\n  \"{entry}\": {{enabled: true, targetVirtualCluster: {{name: target}}}}\ntargets:\n  default/target:\n    peers: {{static: [\"127.0.0.1:{port}\"]}}\n    tls: {{caFile: {ca}, serverName: localhost}}\n    credential: {{clientCertificate: {{certFile: {crt}, keyFile: {key}}}}}\n",
+        port = target.server_port(0),
+        ca = p("target-ca.crt").display(),
+        crt = p("target.crt").display(),
+        key = p("target.key").display(),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn field(resource: &str, name: &str, ns: Option<&str>, path: &str) -> String {
+    let mut args = vec!["get", resource, name, "-o"];
+    let jsonpath = format!("jsonpath={path}");
+    args.push(&jsonpath);
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    kubectl(target(), &args).await
+}
+
+#[tokio::test]
+async fn applying_again_changes_nothing_and_keeps_the_administrators_parameters() {
+    use resource_proxy::owner_label_policy::{ApplyError, apply};
+    let dir = tempfile::tempdir().unwrap();
+    let config = in_process_config(dir.path(), "client-c", "*.proxied.test/v1");
+    let (target_ref, target_config) = config.targets.iter().next().unwrap();
+    let client = resource_proxy::target::TargetClient::new(target_ref, target_config).unwrap();
+
+    // Without the permission: a Forbidden error naming the object, nothing written.
+    let err = apply(&client, &config, target_ref).await.unwrap_err();
+    assert!(err.is_forbidden(), "{err}");
+    assert!(
+        matches!(&err, ApplyError::Forbidden { object, .. } if object == "ConfigMap kube-system/vcluster-owner-labels"),
+        "{err}"
+    );
+
+    let shipped =
+        std::fs::read_to_string(deploy_dir().join("owner-label-policy-rbac.yaml")).unwrap();
+    kubectl_in(
+        target(),
+        &["apply", "-f", "-"],
+        &shipped
+            .replace(PROXY_A, "loft:vcluster:p-default:client-c")
+            .replace(
+                "name: resource-proxy:owner-label-policy",
+                "name: resource-proxy:owner-label-policy:client-c",
+            ),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let bindings = loop {
+        // RBAC takes effect at once, but keep a margin for the authorizer's informer.
+        match apply(&client, &config, target_ref).await {
+            Ok(bindings) => break bindings,
+            Err(e) if e.is_forbidden() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(bindings, ["vcluster-owner-labels-all.proxied.test"]);
+    let rules = field(
+        "validatingadmissionpolicybinding",
+        &bindings[0],
+        None,
+        "{.spec.matchResources.resourceRules[0].apiGroups[0]}/{.spec.matchResources.resourceRules[0].resources[0]}",
+    )
+    .await;
+    assert_eq!(rules, "proxied.test/*");
+
+    let binding_rv = field(
+        "validatingadmissionpolicybinding",
+        &bindings[0],
+        None,
+        "{.metadata.resourceVersion}",
+    )
+    .await;
+    let policy_generation = field(
+        "validatingadmissionpolicy",
+        "vcluster-owner-labels",
+        None,
+        "{.metadata.generation}",
+    )
+    .await;
+    apply(&client, &config, target_ref).await.unwrap();
+    assert_eq!(
+        field(
+            "validatingadmissionpolicybinding",
+            &bindings[0],
+            None,
+            "{.metadata.resourceVersion}"
+        )
+        .await,
+        binding_rv,
+        "a second apply changed the binding"
+    );
+    assert_eq!(
+        field(
+            "validatingadmissionpolicy",
+            "vcluster-owner-labels",
+            None,
+            "{.metadata.generation}"
+        )
+        .await,
+        policy_generation,
+        "a second apply changed the policy"
+    );
+    // The administrator's exemptions are untouched (the ConfigMap exists: create only).
+    assert_eq!(
+        field(
+            "configmap",
+            "vcluster-owner-labels",
+            Some("kube-system"),
+            "{.data.exemptUsers}"
+        )
+        .await,
+        "someone-else, platform-admin"
+    );
+}
