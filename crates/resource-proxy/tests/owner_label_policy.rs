@@ -376,6 +376,67 @@ async fn a_user_with_full_rbac_cannot_forge_steal_or_strip_owner_labels() {
             args.join(" ")
         );
     }
+    // Server-side apply removes what its field manager applied before and applies no more: an
+    // object whose labels a proxy applied as `kubectl` loses them when someone else applies as
+    // `kubectl` without them. Refused too.
+    kubectl_in(
+        target(),
+        &impersonating(
+            PROXY_A,
+            &["writers"],
+            &["apply", "--server-side", "-n", ns, "-f", "-"],
+        ),
+        &widget("applied", OWNED_A),
+    )
+    .await;
+    denied(
+        &as_mallory(&[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "kubectl",
+            "-n",
+            ns,
+            "-f",
+            "-",
+        ]),
+        Some(&widget("applied", r#""app": "x""#)),
+        RULE_USERS,
+    )
+    .await;
+    assert_eq!(owner_of("widget", ns, "applied").await, owned("client-a"));
+    // The same apply on a resource no binding guards (gadgets) does strip them.
+    let gadget = |labels: &str| {
+        format!(
+            "{{\"apiVersion\": \"unpermitted.test/v1\", \"kind\": \"Gadget\", \"metadata\": {{\"name\": \"applied\", \"labels\": {{{labels}}}}}}}"
+        )
+    };
+    kubectl_in(
+        target(),
+        &impersonating(
+            PROXY_A,
+            &["writers"],
+            &["apply", "--server-side", "-n", ns, "-f", "-"],
+        ),
+        &gadget(OWNED_A),
+    )
+    .await;
+    kubectl_in(
+        target(),
+        &as_mallory(&[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "kubectl",
+            "-n",
+            ns,
+            "-f",
+            "-",
+        ]),
+        &gadget(r#""app": "x""#),
+    )
+    .await;
+    assert_eq!(owner_of("gadget", ns, "applied").await, (None, None));
     // The same user may change everything else of the owned object (its RBAC decides).
     kubectl(
         target(),
