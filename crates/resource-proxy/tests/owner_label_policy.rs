@@ -18,6 +18,9 @@ use test_cluster::{Cluster, ClusterSpec, ControlPlane, ManagedProcess};
 
 const RULE_USERS: &str = "rule: owner labels are set by the resource proxy";
 const RULE_PROXY: &str = "rule: a proxy writes only its own owner labels";
+const RULE_TAKEOVER: &str = "rule: a proxy does not take over objects of another client";
+/// Held by the tests that depend on, or change, `allowTakeover`.
+static TAKEOVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const PROXY_A: &str = "loft:vcluster:p-default:client-a";
 const PROXY_B: &str = "loft:vcluster:p-default:client-b";
 const OWNED_A: &str =
@@ -598,6 +601,69 @@ async fn a_proxy_identity_writes_only_its_own_owner_labels() {
         RULE_PROXY,
     )
     .await;
+    // It cannot take over client-b's object (allowTakeover is "false"), by any write.
+    let _takeover = TAKEOVER.lock().await;
+    kubectl_in(
+        target(),
+        &impersonating(PROXY_B, &["writers"], &["create", "-n", ns, "-f", "-"]),
+        &widget("theirs", OWNED_B),
+    )
+    .await;
+    let message = denied(
+        &impersonating(PROXY_A, &["writers"], &["replace", "-n", ns, "-f", "-"]),
+        Some(&widget("theirs", OWNED_A)),
+        RULE_TAKEOVER,
+    )
+    .await;
+    assert!(
+        message.contains("may not take over an object owned by vcluster.com/owner-vcluster=client-b,vcluster.com/owner-project=default"),
+        "{message}"
+    );
+    denied(
+        &impersonating(
+            PROXY_A,
+            &["writers"],
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-n",
+                ns,
+                "-f",
+                "-",
+            ],
+        ),
+        Some(&widget("theirs", OWNED_A)),
+        RULE_TAKEOVER,
+    )
+    .await;
+    assert_eq!(owner_of("widget", ns, "theirs").await, owned("client-b"));
+    drop(_takeover);
+    // An object without owner labels it may adopt (an `all` client's update does that).
+    kubectl_in(
+        target(),
+        &as_mallory(&["create", "-n", ns, "-f", "-"]),
+        &widget("plain", ""),
+    )
+    .await;
+    kubectl(
+        target(),
+        &impersonating(
+            PROXY_A,
+            &["writers"],
+            &[
+                "label",
+                "widget",
+                "plain",
+                "-n",
+                ns,
+                "vcluster.com/owner-vcluster=client-a",
+                "vcluster.com/owner-project=default",
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(owner_of("widget", ns, "plain").await, owned("client-a"));
     // Updates that keep its own labels pass.
     kubectl(
         target(),
@@ -1168,4 +1234,104 @@ async fn applying_again_changes_nothing_and_keeps_the_administrators_parameters(
         .await,
         "someone-else, platform-admin"
     );
+}
+
+/// Sets `allowTakeover` in the policy's parameters and waits until the policy acts on it.
+async fn set_allow_takeover(value: &str, ns: &str) {
+    kubectl(
+        target(),
+        &[
+            "-n",
+            "kube-system",
+            "patch",
+            "configmap",
+            "vcluster-owner-labels",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"data":{{"allowTakeover":"{value}"}}}}"#),
+        ],
+    )
+    .await;
+    // The probe: client-b's identity writes its labels over client-a's object (dry run).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let result = target()
+            .kubectl_stdin(
+                &impersonating(
+                    PROXY_B,
+                    &["writers"],
+                    &["replace", "--dry-run=server", "-n", ns, "-f", "-"],
+                ),
+                &widget("probe", OWNED_B),
+            )
+            .await;
+        if result.is_ok() == (value == "true") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "allowTakeover={value} not in force: {result:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn allow_takeover_lets_a_proxy_replace_another_clients_labels_with_its_own() {
+    let _takeover = TAKEOVER.lock().await;
+    let ns = namespace("takeover").await;
+    let ns = ns.as_str();
+    // "probe" stays client-a's (only dry runs touch it); "taken" is taken over.
+    create_owned_by_a(ns, "probe").await;
+    create_owned_by_a(ns, "taken").await;
+    set_allow_takeover("true", ns).await;
+    kubectl_in(
+        target(),
+        &impersonating(PROXY_B, &["writers"], &["replace", "-n", ns, "-f", "-"]),
+        &widget("taken", OWNED_B),
+    )
+    .await;
+    assert_eq!(owner_of("widget", ns, "taken").await, owned("client-b"));
+    // Still only its own values, and still nobody else.
+    denied(
+        &impersonating(
+            PROXY_A,
+            &["writers"],
+            &[
+                "label",
+                "widget",
+                "taken",
+                "-n",
+                ns,
+                "--overwrite",
+                "vcluster.com/owner-project=team-a",
+            ],
+        ),
+        None,
+        RULE_PROXY,
+    )
+    .await;
+    denied(
+        &as_mallory(&[
+            "label",
+            "widget",
+            "taken",
+            "-n",
+            ns,
+            "--overwrite",
+            "vcluster.com/owner-vcluster=client-a",
+        ]),
+        None,
+        RULE_USERS,
+    )
+    .await;
+    set_allow_takeover("false", ns).await;
+    denied(
+        &impersonating(PROXY_A, &["writers"], &["replace", "-n", ns, "-f", "-"]),
+        Some(&widget("taken", OWNED_A)),
+        RULE_TAKEOVER,
+    )
+    .await;
+    assert_eq!(owner_of("widget", ns, "taken").await, owned("client-b"));
 }
