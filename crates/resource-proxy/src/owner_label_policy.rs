@@ -4,8 +4,9 @@
 //! The rule is the ValidatingAdmissionPolicy shipped in `deploy/resource-proxy/target/`
 //! (embedded here, so the proxy applies exactly what an administrator would): on the guarded
 //! resources only a proxy identity (`loft:vcluster:<projectNamespace>:<name>`) may set
-//! [`OWNER_VCLUSTER_LABEL`] and [`OWNER_PROJECT_LABEL`], and only to its own values; nobody else
-//! may add, change or remove them. In each target the proxy, in this order:
+//! [`OWNER_VCLUSTER_LABEL`] and [`OWNER_PROJECT_LABEL`], only to its own values, and (unless the
+//! parameter `allowTakeover` is `"true"`) not over another client's; nobody else may add, change
+//! or remove them. In each target the proxy, in this order:
 //!
 //! 1. creates the parameter ConfigMap `kube-system/vcluster-owner-labels` if it is missing
 //!    (create only: its exemptions belong to the administrator, and the bindings deny every
