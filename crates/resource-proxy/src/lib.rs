@@ -19,7 +19,8 @@
 //!
 //! Beside the request path: [`wiring`] keeps the APIServices, Services and deletion protection
 //! applied in the client cluster while this replica leads (RP-2, RP-3, RP-16), and [`metrics`]
-//! holds the Prometheus series (RP-15).
+//! holds the Prometheus series (RP-15). [`owner_label_policy`] optionally applies, in the
+//! targets, the ValidatingAdmissionPolicy that makes the owner labels an access boundary there.
 //!
 //! Layers: [`config`], [`api`] and [`tenancy`] are pure (no I/O beyond reading the configuration
 //! file) and import none of the others; [`target`] knows nothing of requests, [`listen`] nothing
@@ -29,6 +30,7 @@ pub mod api;
 pub mod config;
 pub mod listen;
 pub mod metrics;
+pub mod owner_label_policy;
 pub mod request;
 pub mod target;
 pub mod tenancy;

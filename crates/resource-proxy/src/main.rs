@@ -21,6 +21,7 @@ use resource_proxy::listen::caller_auth::Authenticator;
 use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::listen::serving;
 use resource_proxy::metrics::Metrics;
+use resource_proxy::owner_label_policy;
 use resource_proxy::request::context::ListenerContext;
 use resource_proxy::target::TargetClient;
 use resource_proxy::target::peer_source;
@@ -96,6 +97,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let policy_metrics = owner_label_policy::PolicyMetrics::register(&mut registry);
     let readiness = Readiness::new("starting");
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let admin_shutdown = {
@@ -144,6 +146,14 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
             wait_for_peers(&tc).await;
         }
         check_identity(&tc, &config.client.target_user()).await;
+        if config.apply_owner_label_policy {
+            tokio::spawn(owner_label_policy::keep_applied(
+                tc.clone(),
+                config.clone(),
+                name.clone(),
+                policy_metrics.clone(),
+            ));
+        }
         targets.insert(name.clone(), tc);
     }
 

@@ -115,6 +115,7 @@ impl ConfigFile {
             targets,
             metrics_address,
             serving,
+            apply_owner_label_policy: self.apply_owner_label_policy,
         })
     }
 }

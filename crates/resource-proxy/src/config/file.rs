@@ -27,6 +27,10 @@ pub struct ConfigFile {
     /// Metrics and health server.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// Apply the owner-label ValidatingAdmissionPolicy in every target at start
+    /// ([`crate::owner_label_policy`]); default `false`.
+    #[serde(default)]
+    pub apply_owner_label_policy: bool,
 }
 
 /// `client`: the client identity and how to reach the client cluster.

@@ -247,4 +247,6 @@ pub struct Config {
     pub metrics_address: SocketAddr,
     /// Serving certificate, when configured.
     pub serving: Option<ServingCertificate>,
+    /// Apply the owner-label policy in every target ([`crate::owner_label_policy`]).
+    pub apply_owner_label_policy: bool,
 }
