@@ -472,6 +472,10 @@ async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces(
     ]);
     allowed.push(vec!["get", "namespaces/team-ns"]);
     allowed.push(vec!["create", "namespaces"]);
+    // The namespace sweep: record the client namespace's UID, list, delete what it mirrored.
+    allowed.push(vec!["list", "namespaces"]);
+    allowed.push(vec!["patch", "namespaces/team-ns"]);
+    allowed.push(vec!["delete", "namespaces/team-ns"]);
     allowed.push(vec!["create", "selfsubjectreviews.authentication.k8s.io"]);
     for call in &allowed {
         if !can_i(target, identity, call).await {
@@ -480,7 +484,6 @@ async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces(
     }
     for call in [
         &["get", "gadgets.other.example", "-n", "team-ns"][..],
-        &["delete", "namespaces/team-ns"],
         &["get", "secrets", "-n", "team-ns"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
     ] {

@@ -96,12 +96,25 @@ impl NamespaceCleaner {
             }
         }
         match mark::on_write(mark::recorded_uid(&found, &self.key), client_uid) {
-            BeforeWrite::Nothing => Ok(()),
-            BeforeWrite::Record => self.record(ns, Some(client_uid)).await,
+            BeforeWrite::Nothing => return Ok(()),
+            BeforeWrite::Record => {}
             BeforeWrite::CleanThenRecord => {
                 self.clean(ns, Reason::NamespaceRecreated).await?;
-                self.record(ns, Some(client_uid)).await
             }
+        }
+        self.record_for_write(ns, client_uid).await;
+        Ok(())
+    }
+
+    /// Records the UID before a write; a failure (say, RBAC without `patch` on namespaces) does
+    /// not fail the write: the namespace then goes without a record, so nothing left in it is
+    /// cleaned up, which is what happened before records existed.
+    async fn record_for_write(&self, ns: &str, client_uid: &str) {
+        if let Err(e) = self.record(ns, Some(client_uid)).await {
+            tracing::warn!(
+                namespace = ns, target = self.target.name(), error = %e,
+                "could not record the client namespace's UID on the target's namespace; what this namespace leaves behind when deleted will not be cleaned up"
+            );
         }
     }
 
@@ -123,7 +136,10 @@ impl NamespaceCleaner {
                 Ok(())
             }
             // Created meanwhile by another request: record the UID there.
-            StatusCode::CONFLICT => self.record(ns, Some(client_uid)).await,
+            StatusCode::CONFLICT => {
+                self.record_for_write(ns, client_uid).await;
+                Ok(())
+            }
             status => Err(CleanupError::Answered {
                 doing: "creating the namespace".into(),
                 status,
@@ -295,6 +311,10 @@ impl NamespaceCleaner {
             let Some(recorded) = mark::recorded_uid(ns, &self.key) else {
                 continue;
             };
+            // Being deleted already (by this sweep or anyone): its objects go with it.
+            if ns.pointer("/metadata/deletionTimestamp").is_some() {
+                continue;
+            }
             let found = namespaces.get_opt(name).await?;
             let client_ns = match found.as_ref().and_then(|n| n.metadata.uid.as_deref()) {
                 Some(uid) => ClientNamespace::Present { uid },

@@ -213,7 +213,7 @@ rules:
   verbs: ["*"]
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["authentication.k8s.io"]
   resources: ["selfsubjectreviews"]
   verbs: ["create"]

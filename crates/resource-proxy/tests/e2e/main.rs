@@ -13,6 +13,7 @@ mod fixture;
 mod isolation;
 mod kubectl_verbs;
 mod openapi;
+mod outage;
 mod owner_references;
 mod topologies;
 mod watches;
