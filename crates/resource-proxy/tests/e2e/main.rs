@@ -10,6 +10,7 @@ mod boundaries;
 mod common;
 mod field_selectors;
 mod fixture;
+mod informer;
 mod isolation;
 mod kubectl_verbs;
 mod openapi;

@@ -33,7 +33,8 @@ async fn uid(cluster: &test_cluster::Cluster, ns: &str) -> String {
     .await
 }
 
-async fn metrics(port: u16) -> String {
+/// The `/metrics` text of a proxy.
+pub async fn metrics(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -47,7 +48,7 @@ async fn metrics(port: u16) -> String {
 }
 
 /// The sum of the samples of `name` whose label sets contain every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+pub fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
         .filter(|l| labels.iter().all(|want| l.contains(want)))
