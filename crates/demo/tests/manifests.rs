@@ -341,6 +341,8 @@ const CLIENT_CALLS: &[&[&str]] = &[
     &["create", "selfsubjectreviews.authentication.k8s.io"],
     // handler.rs: the namespace of a namespaced write.
     &["get", "namespaces/team-ns"],
+    // reconcile/namespaces.rs: the sweep lists the client's namespaces.
+    &["list", "namespaces"],
     // Leader election: the Lease kube-system/resource-proxy-client-a.
     &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
     &[

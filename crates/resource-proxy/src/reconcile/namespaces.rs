@@ -3,6 +3,7 @@
 //! client namespace left behind ([`NamespaceCleaner::sweep`], run by [`run`] while this replica
 //! leads). The decisions are [`super::mark`]'s.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -303,7 +304,14 @@ impl NamespaceCleaner {
                 status,
             });
         }
-        let namespaces = kube::Api::<Namespace>::all(client.clone());
+        // One list of the client's namespaces per sweep, not a read per mirrored namespace.
+        let client_uids: BTreeMap<String, String> = kube::Api::<Namespace>::all(client.clone())
+            .list_metadata(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|n| Some((n.metadata.name?, n.metadata.uid?)))
+            .collect();
         for ns in list["items"].as_array().into_iter().flatten() {
             let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) else {
                 continue;
@@ -315,8 +323,8 @@ impl NamespaceCleaner {
             if ns.pointer("/metadata/deletionTimestamp").is_some() {
                 continue;
             }
-            let found = namespaces.get_opt(name).await?;
-            let client_ns = match found.as_ref().and_then(|n| n.metadata.uid.as_deref()) {
+            let found = client_uids.get(name);
+            let client_ns = match found {
                 Some(uid) => ClientNamespace::Present { uid },
                 None => ClientNamespace::Missing,
             };
@@ -324,8 +332,7 @@ impl NamespaceCleaner {
                 Sweep::Nothing => {}
                 Sweep::CleanThenRecord => {
                     self.clean(name, Reason::NamespaceRecreated).await?;
-                    let uid = found.and_then(|n| n.metadata.uid).unwrap_or_default();
-                    self.record(name, Some(&uid)).await?;
+                    self.record(name, found.map(String::as_str)).await?;
                 }
                 Sweep::CleanThenRelease => {
                     self.clean(name, Reason::NamespaceDeleted).await?;
