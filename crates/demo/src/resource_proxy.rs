@@ -81,7 +81,7 @@ rules:
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["authentication.k8s.io"]
   resources: ["selfsubjectreviews"]
   verbs: ["create"]

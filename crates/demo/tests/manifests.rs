@@ -341,6 +341,8 @@ const CLIENT_CALLS: &[&[&str]] = &[
     &["create", "selfsubjectreviews.authentication.k8s.io"],
     // handler.rs: the namespace of a namespaced write.
     &["get", "namespaces/team-ns"],
+    // reconcile/namespaces.rs: the sweep lists the client's namespaces.
+    &["list", "namespaces"],
     // Leader election: the Lease kube-system/resource-proxy-client-a.
     &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
     &[
@@ -472,6 +474,10 @@ async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces(
     ]);
     allowed.push(vec!["get", "namespaces/team-ns"]);
     allowed.push(vec!["create", "namespaces"]);
+    // The namespace sweep: record the client namespace's UID, list, delete what it mirrored.
+    allowed.push(vec!["list", "namespaces"]);
+    allowed.push(vec!["patch", "namespaces/team-ns"]);
+    allowed.push(vec!["delete", "namespaces/team-ns"]);
     allowed.push(vec!["create", "selfsubjectreviews.authentication.k8s.io"]);
     for call in &allowed {
         if !can_i(target, identity, call).await {
@@ -480,7 +486,6 @@ async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces(
     }
     for call in [
         &["get", "gadgets.other.example", "-n", "team-ns"][..],
-        &["delete", "namespaces/team-ns"],
         &["get", "secrets", "-n", "team-ns"],
         &["create", "clusterrolebindings.rbac.authorization.k8s.io"],
     ] {

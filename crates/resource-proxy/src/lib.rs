@@ -18,9 +18,11 @@
 //!    (RP-9 to RP-11), HTTP/1.1 exchanges and HTTP/2 watch streams.
 //!
 //! Beside the request path: [`wiring`] keeps the APIServices, Services and deletion protection
-//! applied in the client cluster while this replica leads (RP-2, RP-3, RP-16), and [`metrics`]
-//! holds the Prometheus series (RP-15). [`owner_label_policy`] optionally applies, in the
-//! targets, the ValidatingAdmissionPolicy that makes the owner labels an access boundary there.
+//! applied in the client cluster while this replica leads (RP-2, RP-3, RP-16), [`reconcile`]
+//! keeps the target free of what deleted client namespaces left behind (also after an outage),
+//! and [`metrics`] holds the Prometheus series (RP-15). [`owner_label_policy`] optionally applies,
+//! in the targets, the ValidatingAdmissionPolicy that makes the owner labels an access boundary
+//! there.
 //!
 //! Layers: [`config`], [`api`] and [`tenancy`] are pure (no I/O beyond reading the configuration
 //! file) and import none of the others; [`target`] knows nothing of requests, [`listen`] nothing
@@ -31,6 +33,7 @@ pub mod config;
 pub mod listen;
 pub mod metrics;
 pub mod owner_label_policy;
+pub mod reconcile;
 pub mod request;
 pub mod target;
 pub mod tenancy;

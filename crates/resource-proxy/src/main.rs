@@ -22,6 +22,7 @@ use resource_proxy::listen::server::{self, ServingCert};
 use resource_proxy::listen::serving;
 use resource_proxy::metrics::Metrics;
 use resource_proxy::owner_label_policy;
+use resource_proxy::reconcile::namespaces::{self, NamespaceCleaner};
 use resource_proxy::request::context::ListenerContext;
 use resource_proxy::target::TargetClient;
 use resource_proxy::target::peer_source;
@@ -191,15 +192,28 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     }
     let tls = server::tls_config(cert);
     let owner = OwnerLabels::for_client(&config.client);
+    // One namespace cleaner per target, over every group/version the client has there.
+    let cleaners: BTreeMap<_, _> = targets
+        .iter()
+        .map(|(name, tc)| {
+            let listeners = config.listeners.iter().filter(|l| &l.target == name);
+            let cleaner =
+                NamespaceCleaner::new(tc.clone(), owner.clone(), listeners, metrics.clone());
+            (name.clone(), Arc::new(cleaner))
+        })
+        .collect();
     for l in &config.listeners {
-        let ctx = Arc::new(ListenerContext::new(
-            l.clone(),
-            targets[&l.target].clone(),
-            auth.clone(),
-            owner.clone(),
-            client.clone(),
-            metrics.clone(),
-        ));
+        let ctx = Arc::new(
+            ListenerContext::new(
+                l.clone(),
+                targets[&l.target].clone(),
+                auth.clone(),
+                owner.clone(),
+                client.clone(),
+                metrics.clone(),
+            )
+            .with_namespaces(cleaners[&l.target].clone()),
+        );
         let (addr, _task) = server::serve(ctx, l.address(), tls.clone(), shutdown_rx.clone())
             .await
             .with_context(|| format!("listening on {} for {}", l.address(), l.group_version()))?;
@@ -215,6 +229,11 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let leadership =
         kube_support::leader::elect(client.clone(), &wiring::lease_config(&config, identity))
             .await?;
+    tokio::spawn(namespaces::run(
+        cleaners.into_values().collect(),
+        client.clone(),
+        leadership.subscribe(),
+    ));
     let (reports_tx, _reports_rx) = tokio::sync::watch::channel(None);
     let wiring_task = tokio::spawn(wiring::run(
         wiring,

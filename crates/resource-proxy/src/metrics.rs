@@ -18,6 +18,9 @@
 //! | `vcluster_proxy_peer_dial_duration_seconds` | | dial (TCP + TLS) durations |
 //! | `vcluster_proxy_active_watches` | | watch streams open |
 //! | `vcluster_proxy_watch_events_total` | | watch events passed to callers |
+//! | `vcluster_proxy_namespace_cleanups_total` | reason | namespaces of deleted client namespaces cleaned up |
+//! | `vcluster_proxy_namespace_cleanup_objects_total` | group_version | objects those cleanups deleted |
+//! | `vcluster_proxy_mirrored_namespaces_deleted_total` | | mirrored namespaces deleted |
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -63,6 +66,12 @@ pub struct GroupVersionReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupVersionLabels {
+    pub target: String,
+    pub group_version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerStateLabels {
     pub target: String,
     pub group_version: String,
@@ -91,6 +100,9 @@ pub struct Metrics {
     pub peer_recoveries: Family<TargetLabels, Counter>,
     pub peer_dial_failures: Family<ReasonLabels, Counter>,
     pub peer_dial_duration: Family<TargetLabels, Histogram>,
+    pub namespace_cleanups: Family<ReasonLabels, Counter>,
+    pub namespace_cleanup_objects: Family<GroupVersionLabels, Counter>,
+    pub mirrored_namespaces_deleted: Family<TargetLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -124,6 +136,9 @@ impl Metrics {
                 // 1 ms .. ~8 s: the dial timeout (5 s) falls in the last buckets.
                 Histogram::new(exponential_buckets(0.001, 2.0, 14))
             }),
+            namespace_cleanups: Family::default(),
+            namespace_cleanup_objects: Family::default(),
+            mirrored_namespaces_deleted: Family::default(),
         }
     }
 
@@ -209,6 +224,21 @@ impl Metrics {
             "vcluster_proxy_peer_dial_duration_seconds",
             "Duration of dials (TCP + TLS) to peers, failed ones included",
             m.peer_dial_duration.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_namespace_cleanups",
+            "Target namespaces whose client namespace was deleted (reason namespace_deleted) or deleted and recreated (namespace_recreated), cleaned of the client's objects",
+            m.namespace_cleanups.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_namespace_cleanup_objects",
+            "Objects deleted from the target by namespace cleanups",
+            m.namespace_cleanup_objects.clone(),
+        );
+        registry.register(
+            "vcluster_proxy_mirrored_namespaces_deleted",
+            "Mirrored namespaces deleted from the target after their client namespace was deleted",
+            m.mirrored_namespaces_deleted.clone(),
         );
         m
     }

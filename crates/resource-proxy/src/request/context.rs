@@ -1,10 +1,13 @@
 //! What one listener knows: its group/version, target, caller authentication, owner labels,
 //! discovery and metrics. Every step of the request path reads it.
 
+use std::sync::Arc;
+
 use super::discovery::Discovery;
 use crate::config::GroupVersionListener;
 use crate::listen::caller_auth::Authenticator;
 use crate::metrics::{Metrics, RequestSeries};
+use crate::reconcile::namespaces::NamespaceCleaner;
 use crate::target::TargetClient;
 use crate::tenancy::labels::OwnerLabels;
 
@@ -18,6 +21,8 @@ pub struct ListenerContext {
     pub client_cluster: kube::Client,
     pub discovery: Discovery,
     pub metrics: Metrics,
+    /// The client's namespaces in the target (mirroring, RP-8).
+    pub namespaces: Arc<NamespaceCleaner>,
     /// The series every request updates, resolved once.
     pub(super) series: RequestSeries,
 }
@@ -33,6 +38,12 @@ impl ListenerContext {
         metrics: Metrics,
     ) -> Self {
         ListenerContext {
+            namespaces: Arc::new(NamespaceCleaner::new(
+                target.clone(),
+                owner.clone(),
+                [&listener],
+                metrics.clone(),
+            )),
             discovery: Discovery::new(&listener),
             series: RequestSeries::new(&metrics, target.name(), listener.group_version()),
             listener,
@@ -42,5 +53,12 @@ impl ListenerContext {
             client_cluster,
             metrics,
         }
+    }
+
+    /// Shares `cleaner` (every group/version of the client in this target) instead of one of
+    /// this listener's own.
+    pub fn with_namespaces(mut self, cleaner: Arc<NamespaceCleaner>) -> Self {
+        self.namespaces = cleaner;
+        self
     }
 }

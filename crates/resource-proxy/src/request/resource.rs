@@ -9,7 +9,8 @@
 //! 6. `rewrite_body`: owner labels (RP-6) and owner references (RP-8) in write bodies, the
 //!    checked uid as a delete's precondition;
 //! 7. `send_on`: to the target ([`super::forward`]), a create with its create id
-//!    ([`super::create`]).
+//!    ([`super::create`]); a list or delete-collection the target could not answer in a
+//!    namespace terminating in the client gets an empty list ([`super::namespace`]).
 //!
 //! Each step either passes the request on or answers it (`Step`).
 
@@ -74,7 +75,9 @@ async fn steps(
     }
     let current = read_first(ctx, info, &body_type, verb).await?;
     let (body, content_type) = rewrite_body(ctx, info, body, &body_type, &current, verb)?;
-    Ok(send_on(ctx, info, parts, query, body, content_type, verb).await)
+    let accept = namespace::accept(&parts.headers);
+    let outcome = send_on(ctx, info, parts, query, body, content_type, verb).await;
+    Ok(namespace::answer_terminating(ctx, info, accept.as_deref(), outcome).await)
 }
 
 /// A method the API server does not serve for the resource: 405.

@@ -219,7 +219,7 @@ rules:
   verbs: ["*"]
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["authentication.k8s.io"]
   resources: ["selfsubjectreviews"]
   verbs: ["create"]

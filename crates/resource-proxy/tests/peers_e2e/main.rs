@@ -181,7 +181,7 @@ kind: ClusterRole
 metadata: {{name: proxy-{name}}}
 rules:
 - {{apiGroups: ["{GROUP}"], resources: ["*"], verbs: ["*"]}}
-- {{apiGroups: [""], resources: ["namespaces"], verbs: ["get", "create"]}}
+- {{apiGroups: [""], resources: ["namespaces"], verbs: ["get", "list", "create", "patch", "delete"]}}
 - {{apiGroups: ["authentication.k8s.io"], resources: ["selfsubjectreviews"], verbs: ["create"]}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
