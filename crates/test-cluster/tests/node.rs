@@ -1186,3 +1186,318 @@ async fn what_a_container_started_ends_with_it() {
         .await
         .unwrap();
 }
+
+/// The `key=value` lines a container printed (its CRI log), up to the line `done`.
+fn printed(
+    ns: &str,
+    pod: &str,
+    container: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let node = cp().cluster("node").node().unwrap();
+    let log = std::fs::read_to_string(node.container_log_path(ns, pod, container)).ok()?;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect();
+    lines.contains(&"done").then(|| {
+        lines
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    })
+}
+
+async fn create<K>(client: &kube::Client, ns: &str, object: serde_json::Value)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+const READER: &str = r#"
+r() { printf '%s=%s\n' "$1" "$2"; }
+r secret "$(cat /etc/kt-creds/dir/a.txt)"
+r secret_mode "$(stat -c %a /etc/kt-creds/dir/a.txt)"
+r secret_b "$(ls /etc/kt-creds/b 2>/dev/null || echo absent)"
+r etc_kept "$(head -c 5 /etc/passwd)"
+r conf "$(cat /kt-conf/app.conf)"
+r conf_mode "$(stat -c %a /kt-conf/app.conf)"
+r conf_write "$(touch /kt-conf/new 2>/dev/null && echo writable || echo refused)"
+r root_kept "$(test -x /bin/sh && echo yes)"
+r maybe "$(ls -A /kt-maybe | wc -l)"
+r proj_b "$(cat /var/run/kt-proj/b)"
+r proj_other "$(cat /var/run/kt-proj/sub/other)"
+r proj_name "$(cat /var/run/kt-proj/name)"
+r proj_labels "$(cat /var/run/kt-proj/labels)"
+r proj_mode "$(stat -c %a /var/run/kt-proj/b)"
+r token "$(cat /var/run/kt-proj/token)"
+r subpath "$(cat /etc/kt-app.conf)"
+r pwd "$(pwd)"
+until test -f /scratch/from-writer; do sleep 0.1; done
+r shared "$(cat /scratch/from-writer)"
+r scratch_write "$(echo x > /scratch/work/mine && echo ok)"
+echo done
+exec sleep 3600
+"#;
+
+#[tokio::test]
+async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "volumes").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": "default"}})).await;
+    create::<ConfigMap>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "conf"}, "data": {"app.conf": "x=1", "other": "o"}}),
+    )
+    .await;
+    let scratch = json!({"name": "scratch", "mountPath": "/scratch"});
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "vols", "labels": {"app": "vols"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "serviceAccountName": "default",
+                "volumes": [
+                    {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o440,
+                        "items": [{"key": "a", "path": "dir/a.txt", "mode": 0o400}]}},
+                    {"name": "conf", "configMap": {"name": "conf", "defaultMode": 0o600}},
+                    {"name": "maybe", "configMap": {"name": "absent", "optional": true}},
+                    {"name": "proj", "projected": {"defaultMode": 0o444, "sources": [
+                        {"secret": {"name": "creds", "items": [{"key": "b", "path": "b"}]}},
+                        {"configMap": {"name": "conf", "items": [{"key": "other", "path": "sub/other"}]}},
+                        {"downwardAPI": {"items": [
+                            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                        ]}},
+                        {"serviceAccountToken": {"path": "token", "audience": "kt-test"}},
+                    ]}},
+                    {"name": "scratch", "emptyDir": {}},
+                ],
+                "containers": [
+                    {
+                        "name": "reader",
+                        "image": "shell",
+                        "command": ["sh", "-c", READER],
+                        "workingDir": "/scratch/work",
+                        "volumeMounts": [
+                            {"name": "creds", "mountPath": "/etc/kt-creds"},
+                            {"name": "conf", "mountPath": "/kt-conf"},
+                            {"name": "maybe", "mountPath": "/kt-maybe"},
+                            {"name": "proj", "mountPath": "/var/run/kt-proj"},
+                            {"name": "conf", "mountPath": "/etc/kt-app.conf", "subPath": "app.conf"},
+                            scratch,
+                        ],
+                    },
+                    {
+                        "name": "writer",
+                        "image": "shell",
+                        "command": ["sh", "-c", "echo shared > /scratch/from-writer; exec sleep 3600"],
+                        "volumeMounts": [scratch],
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+
+    // The Secret does not exist yet: the Pod waits, saying why.
+    let pod = wait_pod(&pods, "vols", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+            && status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("secret \"creds\" not found"))
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let events = events_of(&client, &ns, "vols").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedMount")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref()
+                    == Some(
+                        "MountVolume.SetUp failed for volume \"creds\" : secret \"creds\" not found"
+                    )),
+        "{events:?}"
+    );
+    assert!(printed(&ns, "vols", "reader").is_none());
+
+    create::<Secret>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "creds"}, "stringData": {"a": "alpha", "b": "beta"}}),
+    )
+    .await;
+    wait_pod(&pods, "vols", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        if let Some(seen) = printed(&ns, "vols", "reader") {
+            break seen;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let node = cp().cluster("node").node().unwrap();
+            let log = std::fs::read_to_string(node.container_log_path(&ns, "vols", "reader"));
+            let pod = pods.get("vols").await.unwrap();
+            let events = events_of(&client, &ns, "vols").await;
+            let events: Vec<_> = events.iter().map(|e| e.message.clone()).collect();
+            panic!(
+                "the reader did not finish: {log:?}\n{}\n{events:?}",
+                status_json(&pod)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let expect = |key: &str, value: &str| {
+        assert_eq!(
+            seen.get(key).map(String::as_str),
+            Some(value),
+            "{key} in {seen:?}"
+        );
+    };
+    expect("secret", "alpha");
+    expect("secret_mode", "400");
+    expect("secret_b", "absent");
+    expect("etc_kept", "root:");
+    expect("conf", "x=1");
+    expect("conf_mode", "600");
+    expect("conf_write", "refused");
+    expect("root_kept", "yes");
+    expect("maybe", "0");
+    expect("proj_b", "beta");
+    expect("proj_other", "o");
+    expect("proj_name", "vols");
+    expect("proj_labels", "app=\"vols\"");
+    expect("proj_mode", "444");
+    expect("subpath", "x=1");
+    expect("pwd", "/scratch/work");
+    expect("shared", "shared");
+    expect("scratch_write", "ok");
+    // The token is the Pod's ServiceAccount's, for the audience asked, bound to this Pod.
+    use base64::Engine;
+    let token = &seen["token"];
+    let claims = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["aud"], json!(["kt-test"]), "{claims}");
+    assert_eq!(claims["sub"], format!("system:serviceaccount:{ns}:default"));
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "vols", "{claims}");
+
+    // None of it is on the host: no mount point created, no mount in the host's table.
+    for path in [
+        "/etc/kt-creds",
+        "/kt-conf",
+        "/kt-maybe",
+        "/var/run/kt-proj",
+        "/etc/kt-app.conf",
+        "/scratch",
+    ] {
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} appeared on the host"
+        );
+    }
+    let pod_dir = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "vols", "reader")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mountinfo.contains(pod_dir.to_str().unwrap()) && !mountinfo.contains("kt-"),
+        "{mountinfo}"
+    );
+
+    // Deleted: the volumes (the Secret's files among them) are removed from the node.
+    pods.delete("vols", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("vols").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!pod_dir.join("volumes").exists());
+}
+
+#[tokio::test]
+async fn a_sub_path_that_a_container_points_outside_its_volume_is_refused() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "subpath").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // `evil` replaces the subPath directory with a symlink to the host's /etc; `victim` exits
+    // after 2 s, and its restart must not mount the host's /etc.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "escape"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [
+                    {
+                        "name": "victim",
+                        "image": "shell",
+                        "command": ["sh", "-c", "ls /mnt/sub; sleep 2"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/mnt/sub", "subPath": "esc"}],
+                    },
+                    {
+                        "name": "evil",
+                        "image": "shell",
+                        "command": ["sh", "-c", "sleep 0.5; rm -rf /data/esc && ln -s /etc /data/esc; exec sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "escape", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    let message = status_json(&pod)["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("subPath \"esc\"") && message.contains("outside its volume"),
+        "{message}"
+    );
+    assert_eq!(
+        status_json(&pod)["containerStatuses"][0]["restartCount"],
+        0,
+        "the victim must not have run again"
+    );
+    pods.delete("escape", &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -16,6 +16,7 @@ mod env;
 mod logs;
 mod pod;
 mod probe;
+mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::probe::{self, Prober};
+use super::volumes::{self, Volumes};
 use super::{Context, now};
 use super::{crilog, env};
 use crate::netns::{GATEWAY, PodNetwork};
@@ -70,6 +71,8 @@ struct ContainerRun {
     /// The environment and working directory of the current run, for exec hooks.
     env: Vec<(OsString, OsString)>,
     cwd: PathBuf,
+    /// Whether the current run has a mount namespace of its own (exec hooks join it).
+    mount_ns: bool,
 }
 
 /// The probes of one container run, and a pending kill by a failed liveness or startup probe.
@@ -107,6 +110,11 @@ struct Worker {
     containers: Vec<ContainerRun>,
     start_time: String,
     reported: Option<Value>,
+    /// The Pod's volumes, once they could all be prepared.
+    volumes: Option<Volumes>,
+    /// The last `FailedMount` message, and when preparing the volumes is tried again.
+    mount_error: Option<String>,
+    mount_retry: Instant,
 }
 
 /// Runs the Pod `rx` carries until it is gone (`None`) or deleted.
@@ -152,6 +160,7 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
             probes: Probes::default(),
             env: Vec::new(),
             cwd: PathBuf::new(),
+            mount_ns: false,
         })
         .collect();
     let mut worker = Worker {
@@ -164,6 +173,9 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         containers,
         start_time: now(),
         reported: None,
+        volumes: None,
+        mount_error: None,
+        mount_retry: Instant::now(),
     };
     worker.drive(&mut rx).await;
 }
@@ -216,6 +228,12 @@ impl Worker {
         loop {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 self.terminate().await;
+                let volumes = self.pod_dir().join("volumes");
+                if let Err(e) = std::fs::remove_dir_all(&volumes)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(pod = %self.name, error = %e, "removing the pod's volumes");
+                }
                 delete_now(&self.context, &self.namespace, &self.name, &self.uid).await;
                 return;
             }
@@ -245,6 +263,9 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.restart_policy.clone())
             .unwrap_or_else(|| "Always".into());
+        if self.volumes.is_none() && self.net.is_some() {
+            self.mount_volumes().await;
+        }
         for i in 0..self.containers.len() {
             if let State::Running { process, started } = &mut self.containers[i].state
                 && let Some(status) = process.exited()
@@ -290,7 +311,7 @@ impl Worker {
             let due = self.containers[i]
                 .restart_at
                 .is_some_and(|at| at <= Instant::now());
-            if due && self.net.is_some() {
+            if due && self.net.is_some() && self.volumes.is_some() {
                 self.start_container(i).await;
             }
             self.probe(i).await;
@@ -390,7 +411,7 @@ impl Worker {
             self.wait(i, "ErrImagePull", message, &event).await;
             return;
         };
-        let cmd = match self.command(i, &executable).await {
+        let (cmd, mount_ns) = match self.command(i, &executable).await {
             Ok(cmd) => cmd,
             Err(message) => {
                 let event = format!("Error: {message}");
@@ -443,6 +464,7 @@ impl Worker {
                 c.ever_started = true;
                 c.env = env;
                 c.cwd = cwd;
+                c.mount_ns = mount_ns;
                 c.state = State::Running {
                     process,
                     started: now(),
@@ -475,14 +497,9 @@ impl Worker {
     /// The container's command line and environment: the image's executable stands in for the
     /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
     /// `command` and then `args` follow.
-    async fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
+    /// Also says whether the process gets a mount namespace of its own (volumes, `workingDir`).
+    async fn command(&self, i: usize, executable: &Path) -> Result<(Command, bool), String> {
         let spec = &self.containers[i].spec;
-        if spec.working_dir.is_some() {
-            return Err("workingDir is not supported by this node yet".into());
-        }
-        if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err("volumes are not supported by this node yet".into());
-        }
         for p in [
             &spec.startup_probe,
             &spec.readiness_probe,
@@ -516,8 +533,65 @@ impl Worker {
         let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
             .with_extension("d");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        cmd.current_dir(dir);
-        Ok(cmd)
+        let volumes = self
+            .volumes
+            .as_ref()
+            .ok_or("the pod's volumes are not ready")?;
+        let scratch = self.pod_dir().join("mounts").join(&spec.name);
+        match volumes::plan(spec, volumes, &scratch, &dir)? {
+            Some(plan) => {
+                plan.apply(&mut cmd);
+                Ok((cmd, true))
+            }
+            None => {
+                cmd.current_dir(spec.working_dir.as_deref().map_or(dir.as_path(), Path::new));
+                Ok((cmd, false))
+            }
+        }
+    }
+
+    /// The Pod's directory under the agent's: container logs, volumes, mount points.
+    fn pod_dir(&self) -> PathBuf {
+        self.context
+            .dir
+            .join("pods")
+            .join(format!("{}_{}", self.namespace, self.name))
+    }
+
+    /// Prepares the Pod's volumes (again every second while that fails, with a `FailedMount`
+    /// Event for each new reason; the containers wait in `ContainerCreating` meanwhile).
+    async fn mount_volumes(&mut self) {
+        if Instant::now() < self.mount_retry {
+            return;
+        }
+        self.mount_retry = Instant::now() + CONFIG_RETRY;
+        let field = |path: &str| self.field(path);
+        let sources = volumes::Sources {
+            client: &self.context.client,
+            pod: &self.pod,
+            field: &field,
+        };
+        let prepared = volumes::prepare(&sources, &self.pod_dir().join("volumes")).await;
+        match prepared {
+            Ok(v) => {
+                self.volumes = Some(v);
+                self.mount_error = None;
+            }
+            Err(message) => {
+                for c in &mut self.containers {
+                    if matches!(c.state, State::Waiting { .. }) {
+                        c.state = State::Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: message.clone(),
+                        };
+                    }
+                }
+                if self.mount_error.as_ref() != Some(&message) {
+                    self.event("Warning", "FailedMount", &message).await;
+                    self.mount_error = Some(message);
+                }
+            }
+        }
     }
 
     /// A downward API field.
@@ -665,7 +739,16 @@ impl Worker {
                     "PreStopHook for container {name}: empty exec command"
                 ));
             };
-            let mut cmd = Command::new(program);
+            let mut cmd = match &c.state {
+                // In the container's mount namespace, root and working directory.
+                State::Running { process, .. } if c.mount_ns => {
+                    let mut cmd = Command::new("nsenter");
+                    cmd.arg(format!("--target={}", process.pid()))
+                        .args(["--mount", "--root", "--wd", "--", program]);
+                    cmd
+                }
+                _ => Command::new(program),
+            };
             cmd.args(args).env_clear().envs(c.env.iter().cloned());
             if !c.cwd.as_os_str().is_empty() {
                 cmd.current_dir(&c.cwd);
