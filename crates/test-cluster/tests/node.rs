@@ -22,7 +22,15 @@ fn spec() -> ControlPlaneBuilder {
         ClusterSpec::new("node").controller_manager().node(
             NodeSpec::new(NODE)
                 .image("kt-test-server", SERVER)
-                .image("shell", "/bin/sh"),
+                .image("shell", "/bin/sh")
+                .image(
+                    "registry.k8s.io/kubectl:v1.36.0",
+                    test_cluster::Binaries::locate().unwrap().kubectl(),
+                )
+                .host(
+                    "kt-hosts.test",
+                    std::net::Ipv4Addr::new(10, 244, 0, 1).into(),
+                ),
         ),
     )
 }
@@ -1245,6 +1253,9 @@ r proj_mode "$(stat -c %a /var/run/kt-proj/b)"
 r token "$(cat /var/run/kt-proj/token)"
 r subpath "$(cat /etc/kt-app.conf)"
 r pwd "$(pwd)"
+r hosts "$(getent hosts kt-hosts.test | awk '{print $1}')"
+r sa_namespace "$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
+r api "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
 until test -f /scratch/from-writer; do sleep 0.1; done
 r shared "$(cat /scratch/from-writer)"
 r scratch_write "$(echo x > /scratch/work/mine && echo ok)"
@@ -1258,7 +1269,7 @@ async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
     let client = cp().cluster("node").client().await.unwrap();
     let ns = namespace(&client, "volumes").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": "default"}})).await;
+    create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": "reader"}})).await;
     create::<ConfigMap>(
         &client,
         &ns,
@@ -1272,7 +1283,7 @@ async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
             "metadata": {"name": "vols", "labels": {"app": "vols"}},
             "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "serviceAccountName": "default",
+                "serviceAccountName": "reader",
                 "volumes": [
                     {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o440,
                         "items": [{"key": "a", "path": "dir/a.txt", "mode": 0o400}]}},
@@ -1392,6 +1403,9 @@ async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
     expect("pwd", "/scratch/work");
     expect("shared", "shared");
     expect("scratch_write", "ok");
+    expect("hosts", "10.244.0.1");
+    expect("sa_namespace", &ns);
+    expect("api", "10.244.0.1:443");
     // The token is the Pod's ServiceAccount's, for the audience asked, bound to this Pod.
     use base64::Engine;
     let token = &seen["token"];
@@ -1403,7 +1417,7 @@ async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
     )
     .unwrap();
     assert_eq!(claims["aud"], json!(["kt-test"]), "{claims}");
-    assert_eq!(claims["sub"], format!("system:serviceaccount:{ns}:default"));
+    assert_eq!(claims["sub"], format!("system:serviceaccount:{ns}:reader"));
     assert_eq!(claims["kubernetes.io"]["pod"]["name"], "vols", "{claims}");
 
     // None of it is on the host: no mount point created, no mount in the host's table.
@@ -1500,4 +1514,68 @@ async fn a_sub_path_that_a_container_points_outside_its_volume_is_refused() {
     pods.delete("escape", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_in_a_pod_uses_its_service_account_and_rbac() {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "incluster").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "visible"}})).await;
+    for name in ["lister", "nobody"] {
+        create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": name}})).await;
+    }
+    create::<Role>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "read-cm"}, "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+    )
+    .await;
+    create::<RoleBinding>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "lister"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-cm"},
+               "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}]}),
+    )
+    .await;
+    // No flags, no kubeconfig: kubectl's in-cluster configuration (the `kubernetes` Service's
+    // environment and the mounted token and CA).
+    for (pod, account) in [("allowed", "lister"), ("denied", "nobody")] {
+        create_pod(
+            &pods,
+            json!({
+                "metadata": {"name": pod},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": account,
+                    "containers": [{
+                        "name": "kubectl",
+                        "image": "registry.k8s.io/kubectl:v1.36.0",
+                        "command": ["kubectl", "get", "configmaps", "-o", "name"],
+                    }],
+                },
+            }),
+        )
+        .await;
+    }
+    let node = cp().cluster("node").node().unwrap();
+    let finished = |p: &Pod| matches!(phase(p), "Succeeded" | "Failed");
+    let allowed = wait_pod(&pods, "allowed", Duration::from_secs(60), finished).await;
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "allowed", "kubectl")).unwrap();
+    assert_eq!(phase(&allowed), "Succeeded", "{log}");
+    assert!(log.contains("configmap/visible"), "{log}");
+    let denied = wait_pod(&pods, "denied", Duration::from_secs(60), finished).await;
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "denied", "kubectl")).unwrap();
+    assert_eq!(phase(&denied), "Failed", "{log}");
+    assert!(
+        log.contains(&format!(
+            "User \"system:serviceaccount:{ns}:nobody\" cannot list resource \"configmaps\""
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("configmap/visible"), "{log}");
 }

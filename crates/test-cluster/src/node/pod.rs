@@ -529,6 +529,7 @@ impl Worker {
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             )
             .env("HOSTNAME", &self.name)
+            .envs(api_env())
             .envs(vars);
         let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
             .with_extension("d");
@@ -570,6 +571,8 @@ impl Worker {
             client: &self.context.client,
             pod: &self.pod,
             field: &field,
+            api_ca: &self.context.api_ca,
+            hosts: &self.context.spec.hosts,
         };
         let prepared = volumes::prepare(&sources, &self.pod_dir().join("volumes")).await;
         match prepared {
@@ -944,6 +947,23 @@ fn state_json(state: &State) -> Value {
             json!({ "terminated": t })
         }
     }
+}
+
+/// The `kubernetes` Service's variables the kubelet gives every container; they point at the
+/// API relayed into the node's namespace.
+fn api_env() -> Vec<(String, String)> {
+    let (host, port) = (GATEWAY.to_string(), super::API_PORT);
+    let url = format!("tcp://{host}:{port}");
+    vec![
+        ("KUBERNETES_SERVICE_HOST".into(), host.clone()),
+        ("KUBERNETES_SERVICE_PORT".into(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.to_string()),
+        ("KUBERNETES_PORT".into(), url.clone()),
+        (format!("KUBERNETES_PORT_{port}_TCP"), url),
+        (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".into()),
+        (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
+        (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
+    ]
 }
 
 /// Removes the Pod object now that its containers are gone (grace 0, this very Pod only).

@@ -28,6 +28,7 @@ use std::process::Command;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+    VolumeMount,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -36,9 +37,19 @@ use nix::mount::MsFlags;
 /// The mode of a projected file when the volume sets none (the API's default, 0644).
 const DEFAULT_MODE: i32 = 0o644;
 
+/// Where the ServiceAccount's token, `ca.crt` and `namespace` are mounted, as the
+/// ServiceAccount admission plugin would mount its `kube-api-access-*` volume.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The node's own volumes, named so no Pod volume (a DNS label) can take their names.
+const API_ACCESS: &str = "kube-api-access:node";
+const ETC_HOSTS: &str = "etc-hosts:node";
+
 /// A Pod's prepared volumes: volume name → its directory on the host.
 pub(super) struct Volumes {
     volumes: BTreeMap<String, Prepared>,
+    /// Mounts every container gets unless it mounts something at that path itself:
+    /// (mountPath, volume, subPath).
+    implicit: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 struct Prepared {
@@ -60,6 +71,10 @@ pub(super) struct Sources<'a> {
     pub pod: &'a Pod,
     /// A downward API `fieldRef` (as for environment variables).
     pub field: &'a (dyn Fn(&str) -> Result<String, String> + Sync),
+    /// The cluster's CA certificate (PEM), for the ServiceAccount's `ca.crt`.
+    pub api_ca: &'a str,
+    /// The node's extra `/etc/hosts` entries.
+    pub hosts: &'a BTreeMap<String, std::net::IpAddr>,
 }
 
 /// Writes every volume of the Pod under `root` (`root/<volume>`), replacing what an earlier
@@ -87,7 +102,79 @@ pub(super) async fn prepare(sources: &Sources<'_>, root: &Path) -> Result<Volume
         write_volume(&dir, &files).map_err(failed)?;
         volumes.insert(volume.name.clone(), Prepared { dir, read_only });
     }
-    Ok(Volumes { volumes })
+    let mut implicit = Vec::new();
+    let mut node_volume = |name: &'static str, files: Vec<VolumeFile>, read_only: bool| {
+        let dir = root.join(name);
+        write_volume(&dir, &files)
+            .map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
+        volumes.insert(name.to_owned(), Prepared { dir, read_only });
+        Ok::<_, String>(())
+    };
+    if automount(sources).await? {
+        let failed =
+            |e: String| format!("MountVolume.SetUp failed for volume {API_ACCESS:?} : {e}");
+        let token = token(sources, None, None).await.map_err(failed)?;
+        let namespace = sources.pod.metadata.namespace.clone().unwrap_or_default();
+        let file = |path: &str, data: String| VolumeFile {
+            path: path.to_owned(),
+            data: data.into_bytes(),
+            mode: DEFAULT_MODE,
+        };
+        let files = vec![
+            file("token", token),
+            file("ca.crt", sources.api_ca.to_owned()),
+            file("namespace", namespace),
+        ];
+        node_volume(API_ACCESS, files, true)?;
+        implicit.push((SERVICE_ACCOUNT_DIR, API_ACCESS, ""));
+    }
+    node_volume(ETC_HOSTS, vec![etc_hosts(sources)?], false)?;
+    implicit.push(("/etc/hosts", ETC_HOSTS, "hosts"));
+    Ok(Volumes { volumes, implicit })
+}
+
+/// Whether the Pod gets its ServiceAccount's token: the Pod's `automountServiceAccountToken`,
+/// else the ServiceAccount's, else yes.
+async fn automount(sources: &Sources<'_>) -> Result<bool, String> {
+    let spec = sources.pod.spec.as_ref();
+    if let Some(automount) = spec.and_then(|s| s.automount_service_account_token) {
+        return Ok(automount);
+    }
+    let namespace = sources
+        .pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default();
+    let account = spec
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let api: Api<ServiceAccount> = Api::namespaced(sources.client.clone(), namespace);
+    match api.get_opt(&account).await {
+        Ok(Some(sa)) => Ok(sa.automount_service_account_token.unwrap_or(true)),
+        Ok(None) => Err(format!(
+            "MountVolume.SetUp failed for volume {API_ACCESS:?} : serviceaccount {account:?} not found"
+        )),
+        Err(e) => Err(format!("reading serviceaccount {account:?}: {e}")),
+    }
+}
+
+/// The Pod's `/etc/hosts`: localhost, the Pod's own name on its address, the node's entries.
+fn etc_hosts(sources: &Sources<'_>) -> Result<VolumeFile, String> {
+    let ip = (sources.field)("status.podIP")?;
+    let name = sources.pod.metadata.name.clone().unwrap_or_default();
+    let mut hosts = format!(
+        "# Kubernetes-managed hosts file (kube-tenancy test node).\n\
+         127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{ip}\t{name}\n"
+    );
+    for (host, address) in sources.hosts {
+        hosts.push_str(&format!("{address}\t{host}\n"));
+    }
+    Ok(VolumeFile {
+        path: "hosts".into(),
+        data: hosts.into_bytes(),
+        mode: DEFAULT_MODE,
+    })
 }
 
 /// A volume's files, or `None` for an emptyDir.
@@ -325,22 +412,26 @@ async fn token(
 ) -> Result<String, String> {
     let pod = sources.pod;
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let account = pod
+    let named = pod
         .spec
         .as_ref()
         .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
+        .filter(|n| !n.is_empty());
+    // The apiserver binds a token to a Pod only if the Pod names the account; with the
+    // ServiceAccount admission plugin off, a Pod that names none gets `default`'s token unbound.
+    let bound = named.is_some().then(|| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+    });
+    let account = named.unwrap_or_else(|| "default".into());
     let api: Api<ServiceAccount> = Api::namespaced(sources.client.clone(), namespace);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             audiences: Some(audience.map(|a| vec![a.to_owned()]).unwrap_or_default()),
             expiration_seconds: Some(expiration.unwrap_or(3600)),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-            }),
+            bound_object_ref: bound,
         }),
         ..TokenRequest::default()
     };
@@ -436,7 +527,20 @@ pub(super) fn plan(
     default_cwd: &Path,
 ) -> Result<Option<MountPlan>, String> {
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-    let mounts = container.volume_mounts.clone().unwrap_or_default();
+    let mut mounts = container.volume_mounts.clone().unwrap_or_default();
+    for (path, volume, sub_path) in &volumes.implicit {
+        if !mounts
+            .iter()
+            .any(|m| Path::new(&m.mount_path) == Path::new(path))
+        {
+            mounts.push(VolumeMount {
+                name: (*volume).to_owned(),
+                mount_path: (*path).to_owned(),
+                sub_path: Some((*sub_path).to_owned()).filter(|s| !s.is_empty()),
+                ..VolumeMount::default()
+            });
+        }
+    }
     let workdir = match &container.working_dir {
         Some(w) => Some(
             absolute(w)
