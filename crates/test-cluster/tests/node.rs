@@ -27,6 +27,7 @@ fn spec() -> ControlPlaneBuilder {
                     "registry.k8s.io/kubectl:v1.36.0",
                     test_cluster::Binaries::locate().unwrap().kubectl(),
                 )
+                .image("echo-basic", test_cluster::echo_basic().unwrap())
                 .host(
                     "kt-hosts.test",
                     std::net::Ipv4Addr::new(10, 244, 0, 1).into(),
@@ -1578,4 +1579,143 @@ async fn kubectl_in_a_pod_uses_its_service_account_and_rbac() {
         "{log}"
     );
     assert!(!log.contains("configmap/visible"), "{log}");
+}
+
+#[tokio::test]
+async fn echo_basic_pods_serve_their_identity_and_scale_down_gracefully() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "echo").await;
+    // As the Gateway API conformance suite deploys it.
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: echo}}}}
+  template:
+    metadata: {{labels: {{app: echo}}}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+  selector: {{app: echo}}
+  ports: [{{port: 8080, targetPort: 3000}}]
+"#
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], &manifest)
+        .await
+        .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "-n",
+            &ns,
+            "--for=condition=Available",
+            "deployment/echo",
+            "--timeout=60s",
+        ])
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let listed = pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 2);
+    let mut ips: Vec<String> = listed
+        .iter()
+        .map(|p| status_json(p)["podIP"].as_str().unwrap().to_owned())
+        .collect();
+    ips.sort();
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready: Vec<String> = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=echo"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        ready.sort();
+        if ready == ips {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slices list {ready:?}, pods {ips:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Each Pod answers with its own name and namespace (read from the downward API).
+    let world = cluster.node().unwrap().world();
+    for p in &listed {
+        let ip: std::net::Ipv4Addr = status_json(p)["podIP"].as_str().unwrap().parse().unwrap();
+        let name = p.metadata.name.as_deref().unwrap();
+        let mut stream = world.connect(SocketAddr::from((ip, 3000))).await.unwrap();
+        stream
+            .write_all(b"GET /hello-echo HTTP/1.1\r\nhost: echo.test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert_eq!(body["pod"], name, "{body}");
+        assert_eq!(body["namespace"], ns.as_str(), "{body}");
+        assert_eq!(body["path"], "/hello-echo", "{body}");
+        let logs = cluster
+            .kubectl_ok(&["logs", "-n", &ns, name])
+            .await
+            .unwrap();
+        assert!(
+            logs.contains("Echoing back request made to /hello-echo"),
+            "{logs}"
+        );
+    }
+
+    // Scaling down: the Pod leaves on SIGTERM, long before its 30 s grace period ends.
+    let started = tokio::time::Instant::now();
+    cluster
+        .kubectl_ok(&["scale", "-n", &ns, "deployment/echo", "--replicas=1"])
+        .await
+        .unwrap();
+    while pods.list(&ListParams::default()).await.unwrap().items.len() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not scaled down gracefully"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let kept = pods.list(&ListParams::default()).await.unwrap().items;
+    let gone = listed
+        .iter()
+        .find(|p| p.metadata.uid != kept[0].metadata.uid)
+        .unwrap();
+    let events = events_of(&client, &ns, gone.metadata.name.as_deref().unwrap()).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Killing")),
+        "{events:?}"
+    );
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
 }
