@@ -737,7 +737,7 @@ async fn pre_stop_hooks_run_before_sigterm() {
 }
 
 #[tokio::test]
-async fn init_containers_and_host_network_are_refused_with_a_reason() {
+async fn sidecars_and_host_network_are_refused_with_a_reason() {
     let client = cp().cluster("node").client().await.unwrap();
     let ns = namespace(&client, "init").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -746,7 +746,8 @@ async fn init_containers_and_host_network_are_refused_with_a_reason() {
         json!({
             "metadata": {"name": "init"},
             "spec": {
-                "initContainers": [{"name": "setup", "image": "shell", "args": ["-c", "true"]}],
+                "initContainers": [{"name": "setup", "image": "shell", "restartPolicy": "Always",
+                                    "args": ["-c", "sleep 60"]}],
                 "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
             },
         }),
@@ -761,7 +762,7 @@ async fn init_containers_and_host_network_are_refused_with_a_reason() {
     let status = status_json(&pod);
     assert_eq!(
         status["containerStatuses"][0]["state"]["waiting"]["message"],
-        "init containers are not supported by this node yet"
+        "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet"
     );
     pods.delete("init", &DeleteParams::default()).await.unwrap();
     create_pod(
@@ -1713,6 +1714,143 @@ spec:
             .iter()
             .any(|e| e.reason.as_deref() == Some("Killing")),
         "{events:?}"
+    );
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn init_containers_run_in_order_to_completion_before_the_app() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "init").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let work = json!([{"name": "work", "mountPath": "/work"}]);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "ordered"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "first", "image": "shell", "args": ["-c", "echo one >> /work/order"],
+                     "volumeMounts": work},
+                    {"name": "second", "image": "shell",
+                     "args": ["-c", "sleep 2; echo two >> /work/order"], "volumeMounts": work},
+                ],
+                "containers": [{"name": "main", "image": "shell", "volumeMounts": work,
+                                "args": ["-c", "tr '\\n' , < /work/order; echo; exec sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        status_json(p)["initContainerStatuses"][1]["state"]["running"].is_object()
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Pending");
+    assert_eq!(condition(&pod, "Initialized"), "False");
+    assert_eq!(
+        status["initContainerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(condition(&pod, "Initialized"), "True");
+    for i in 0..2 {
+        assert_eq!(
+            status["initContainerStatuses"][i]["state"]["terminated"]["exitCode"], 0,
+            "{status}"
+        );
+        assert_eq!(
+            status["initContainerStatuses"][i]["restartCount"], 0,
+            "{status}"
+        );
+    }
+    let log = cluster
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "ordered", "main");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("one,two,") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A failing init container is restarted with back-off; the app never starts.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "crashing"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "initContainers": [{"name": "fail", "image": "shell", "args": ["-c", "exit 3"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "crashing", Duration::from_secs(30), |p| {
+        status_json(p)["initContainerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CrashLoopBackOff"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Pending");
+    assert_eq!(
+        status["initContainerStatuses"][0]["lastState"]["terminated"]["exitCode"], 3,
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+    let shown = cluster
+        .kubectl_ok(&["get", "pod", "-n", &ns, "crashing", "--no-headers"])
+        .await
+        .unwrap();
+    assert!(shown.contains("Init:CrashLoopBackOff"), "{shown}");
+
+    // With restartPolicy Never, a failed init container fails the Pod.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "never"},
+            "spec": {
+                "restartPolicy": "Never",
+                "initContainers": [{"name": "fail", "image": "shell", "args": ["-c", "exit 1"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "true"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "never", Duration::from_secs(30), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(
+        status["initContainerStatuses"][0]["restartCount"], 0,
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
     );
     cluster
         .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])

@@ -86,6 +86,11 @@ struct Probes {
 }
 
 impl ContainerRun {
+    /// Exited with 0 and not to run again (an init container that did its work).
+    fn completed(&self) -> bool {
+        self.restart_at.is_none() && matches!(self.state, State::Terminated { exit_code: 0, .. })
+    }
+
     /// Running and past its startup probe.
     fn started(&self) -> bool {
         matches!(self.state, State::Running { .. })
@@ -107,7 +112,9 @@ struct Worker {
     name: String,
     uid: String,
     net: Option<PodNetwork>,
+    /// The init containers (first, in order), then the app containers.
     containers: Vec<ContainerRun>,
+    init_count: usize,
     start_time: String,
     reported: Option<Value>,
     /// The Pod's volumes, once they could all be prepared.
@@ -141,16 +148,23 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         delete_now(&context, &namespace, &name, &uid).await;
         return;
     }
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.clone())
-        .unwrap_or_default()
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.unwrap_or_default();
+    let init_count = inits.len();
+    let containers = inits
         .into_iter()
-        .map(|spec| ContainerRun {
+        .chain(spec.containers)
+        .enumerate()
+        .map(|(i, spec)| ContainerRun {
             spec,
             state: State::Waiting {
-                reason: "ContainerCreating".into(),
+                // The kubelet's reason for app containers while init containers run.
+                reason: if i >= init_count && init_count > 0 {
+                    "PodInitializing"
+                } else {
+                    "ContainerCreating"
+                }
+                .into(),
                 message: String::new(),
             },
             last: None,
@@ -171,6 +185,7 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         uid,
         net: None,
         containers,
+        init_count,
         start_time: now(),
         reported: None,
         volumes: None,
@@ -208,14 +223,21 @@ impl Worker {
             }
         }
         let spec = self.pod.spec.as_ref();
-        let refused =
-            if spec.is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty())) {
-                Some("init containers are not supported by this node yet")
-            } else if spec.is_some_and(|s| s.host_network == Some(true)) {
-                Some("hostNetwork is not supported by this node yet")
-            } else {
-                None
-            };
+        let sidecar = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|i| {
+                i.iter()
+                    .any(|c| c.restart_policy.as_deref() == Some("Always"))
+            });
+        let refused = if sidecar {
+            Some(
+                "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet",
+            )
+        } else if spec.is_some_and(|s| s.host_network == Some(true)) {
+            Some("hostNetwork is not supported by this node yet")
+        } else {
+            None
+        };
         if let Some(message) = refused {
             let message = message.to_owned();
             for i in 0..self.containers.len() {
@@ -279,11 +301,18 @@ impl Worker {
                     started: started.clone(),
                     finished: now(),
                 };
+                let init = i < self.init_count;
                 let c = &mut self.containers[i];
                 c.state = state;
                 let failed =
                     matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0);
-                if policy == "Always" || (policy == "OnFailure" && failed) {
+                // An init container runs to completion: again only after a failure.
+                let restart = if init {
+                    failed && policy != "Never"
+                } else {
+                    policy == "Always" || (policy == "OnFailure" && failed)
+                };
+                if restart {
                     // The first restart is at once; then 10 s, doubling up to 5 minutes.
                     let backoff = if c.restarts == 0 {
                         Duration::ZERO
@@ -308,9 +337,14 @@ impl Worker {
                     }
                 }
             }
-            let due = self.containers[i]
-                .restart_at
-                .is_some_and(|at| at <= Instant::now());
+            // Init containers one after the other, app containers once they all completed.
+            let turn = self.containers[..i.min(self.init_count)]
+                .iter()
+                .all(ContainerRun::completed);
+            let due = turn
+                && self.containers[i]
+                    .restart_at
+                    .is_some_and(|at| at <= Instant::now());
             if due && self.net.is_some() && self.volumes.is_some() {
                 self.start_container(i).await;
             }
@@ -581,8 +615,10 @@ impl Worker {
                 self.mount_error = None;
             }
             Err(message) => {
+                // Not those waiting for another reason (refused, or for init containers).
                 for c in &mut self.containers {
-                    if matches!(c.state, State::Waiting { .. }) {
+                    if matches!(&c.state, State::Waiting { reason, .. } if reason == "ContainerCreating")
+                    {
                         c.state = State::Waiting {
                             reason: "ContainerCreating".into(),
                             message: message.clone(),
@@ -700,7 +736,7 @@ impl Worker {
                 process.signal(Signal::SIGTERM);
             }
         }
-        if let Some(container) = self.containers.first() {
+        if let Some(container) = self.containers.get(self.init_count) {
             let message = format!("Stopping container {}", container.spec.name);
             self.event("Normal", "Killing", &message).await;
         }
@@ -833,24 +869,33 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.restart_policy.as_deref())
             .unwrap_or("Always");
-        let all_ready =
-            !self.containers.is_empty() && self.containers.iter().all(ContainerRun::ready);
-        let terminated: Vec<i32> = self
-            .containers
+        let (inits, apps) = self.containers.split_at(self.init_count);
+        let initialized = inits.iter().all(ContainerRun::completed);
+        // An init container that failed and will not run again fails the Pod.
+        let init_failed = inits.iter().any(|c| {
+            c.restart_at.is_none()
+                && matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0)
+        });
+        let all_ready = initialized && !apps.is_empty() && apps.iter().all(ContainerRun::ready);
+        let terminated: Vec<i32> = apps
             .iter()
             .filter_map(|c| match c.state {
                 State::Terminated { exit_code, .. } if c.restart_at.is_none() => Some(exit_code),
                 _ => None,
             })
             .collect();
-        let all_done = !self.containers.is_empty() && terminated.len() == self.containers.len();
-        let phase = if all_done && policy != "Always" {
+        let all_done = !apps.is_empty() && terminated.len() == apps.len();
+        let phase = if init_failed {
+            "Failed"
+        } else if !initialized {
+            "Pending"
+        } else if all_done && policy != "Always" {
             if terminated.iter().all(|code| *code == 0) {
                 "Succeeded"
             } else {
                 "Failed"
             }
-        } else if self.containers.iter().any(|c| c.ever_started) {
+        } else if apps.iter().any(|c| c.ever_started) {
             "Running"
         } else {
             "Pending"
@@ -860,26 +905,27 @@ impl Worker {
                    "lastTransitionTime": self.start_time})
         };
         let ip = self.pod_ip();
-        let statuses: Vec<Value> = self
-            .containers
-            .iter()
-            .map(|c| {
-                let mut s = json!({
-                    "name": c.spec.name,
-                    "image": c.spec.image.clone().unwrap_or_default(),
-                    "imageID": "",
-                    "ready": c.ready(),
-                    "started": c.started(),
-                    "restartCount": c.restarts,
-                    "state": state_json(&c.state),
-                    "lastState": c.last.clone().unwrap_or_else(|| json!({})),
-                });
-                if let State::Running { process, .. } = &c.state {
-                    s["containerID"] = json!(format!("process://{}", process.pid()));
-                }
-                s
-            })
-            .collect();
+        let statuses = |containers: &[ContainerRun]| -> Vec<Value> {
+            containers
+                .iter()
+                .map(|c| {
+                    let mut s = json!({
+                        "name": c.spec.name,
+                        "image": c.spec.image.clone().unwrap_or_default(),
+                        "imageID": "",
+                        "ready": c.ready(),
+                        "started": c.started(),
+                        "restartCount": c.restarts,
+                        "state": state_json(&c.state),
+                        "lastState": c.last.clone().unwrap_or_else(|| json!({})),
+                    });
+                    if let State::Running { process, .. } = &c.state {
+                        s["containerID"] = json!(format!("process://{}", process.pid()));
+                    }
+                    s
+                })
+                .collect()
+        };
         let mut status = json!({
             "phase": phase,
             "hostIP": GATEWAY.to_string(),
@@ -887,13 +933,16 @@ impl Worker {
             "startTime": self.start_time,
             "conditions": [
                 condition("PodReadyToStartContainers", self.net.is_some()),
-                condition("Initialized", true),
+                condition("Initialized", initialized),
                 condition("Ready", all_ready),
                 condition("ContainersReady", all_ready),
                 condition("PodScheduled", true),
             ],
-            "containerStatuses": statuses,
+            "containerStatuses": statuses(apps),
         });
+        if !inits.is_empty() {
+            status["initContainerStatuses"] = json!(statuses(inits));
+        }
         if !ip.is_empty() {
             status["podIP"] = json!(ip);
             status["podIPs"] = json!([{ "ip": ip }]);
