@@ -1857,3 +1857,99 @@ async fn init_containers_run_in_order_to_completion_before_the_app() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn post_start_hooks_and_exec_probes_run_inside_the_container() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "exec").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // /state exists only in the container's mount namespace: the hook and the probe see it.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "hooked"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "state", "emptyDir": {}}],
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "exec sleep 60"],
+                    "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                    "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo $HOSTNAME > /state/ready"]}}},
+                    "readinessProbe": {"exec": {"command": ["grep", "-q", "hooked", "/state/ready"]}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "hooked", Duration::from_secs(30), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "unwell"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "badhook",
+                        "image": "shell",
+                        "args": ["-c", "exec sleep 60"],
+                        "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo no >&2; exit 2"]}}},
+                    },
+                    {
+                        "name": "dying",
+                        "image": "shell",
+                        "args": ["-c", "exec sleep 60"],
+                        "livenessProbe": {"exec": {"command": ["sh", "-c", "exit 1"]},
+                                          "periodSeconds": 1, "failureThreshold": 1},
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "unwell", Duration::from_secs(30), |p| {
+        let s = status_json(p);
+        s["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+            && s["containerStatuses"][1]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let events = events_of(&client, &ns, "unwell").await;
+    let has = |reason: &str, text: &str| {
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(
+        has(
+            "FailedPostStartHook",
+            "PostStartHook for container badhook failed"
+        ),
+        "{events:?}"
+    );
+    assert!(
+        has(
+            "Unhealthy",
+            "Liveness probe failed: command [\"sh\", \"-c\", \"exit 1\"] exited with 1"
+        ),
+        "{events:?}"
+    );
+    assert!(
+        has("Killing", "Container dying failed liveness probe"),
+        "{events:?}"
+    );
+    let ready = pods.get("hooked").await.unwrap();
+    assert_eq!(
+        status_json(&ready)["containerStatuses"][0]["restartCount"],
+        0
+    );
+    for pod in ["hooked", "unwell"] {
+        pods.delete(pod, &DeleteParams::default()).await.unwrap();
+    }
+}

@@ -29,6 +29,8 @@ use crate::process::ManagedProcess;
 const POLL: Duration = Duration::from_millis(200);
 /// How soon a container whose configuration failed (a missing Secret) is tried again.
 const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// How long a postStart hook may take before it counts as failed.
+const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest crash-loop back-off, as the kubelet's.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -367,9 +369,17 @@ impl Worker {
             .unwrap_or(30);
         let now = Instant::now();
         let mut events = Vec::new();
+        let Some(net) = self.net.as_ref() else {
+            return;
+        };
         let c = &mut self.containers[i];
         let State::Running { process, .. } = &mut c.state else {
             return;
+        };
+        let exec = probe::ExecIn {
+            net,
+            pid: process.pid(),
+            env: &c.env,
         };
         if let Some(at) = c.probes.kill_at {
             if at <= now {
@@ -381,7 +391,7 @@ impl Worker {
         let mut kill = None;
         if let Some(startup) = c.probes.startup.as_mut().filter(|p| !p.passing) {
             if startup.due(now)
-                && let Err(message) = startup.probe(&world, ip, &c.spec).await
+                && let Err(message) = startup.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Startup probe failed: {message}")));
                 if startup.failed() {
@@ -391,7 +401,7 @@ impl Worker {
         } else {
             if let Some(liveness) = c.probes.liveness.as_mut()
                 && liveness.due(now)
-                && let Err(message) = liveness.probe(&world, ip, &c.spec).await
+                && let Err(message) = liveness.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Liveness probe failed: {message}")));
                 if liveness.failed() {
@@ -400,7 +410,7 @@ impl Worker {
             }
             if let Some(readiness) = c.probes.readiness.as_mut()
                 && readiness.due(now)
-                && let Err(message) = readiness.probe(&world, ip, &c.spec).await
+                && let Err(message) = readiness.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Readiness probe failed: {message}")));
             }
@@ -510,6 +520,7 @@ impl Worker {
                     liveness: Prober::new(c.spec.liveness_probe.as_ref(), at),
                     kill_at: None,
                 };
+                self.post_start(i).await;
             }
             Err(e) => {
                 let message = e.to_string();
@@ -526,6 +537,26 @@ impl Worker {
                 c.restart_at = Some(Instant::now() + Duration::from_secs(10));
             }
         }
+    }
+
+    /// Runs container `i`'s postStart hook, as the kubelet before it starts the next container;
+    /// if it fails the container is killed and its restart policy applies.
+    async fn post_start(&mut self, i: usize) {
+        let c = &self.containers[i];
+        let Some(hook) = c.spec.lifecycle.as_ref().and_then(|l| l.post_start.clone()) else {
+            return;
+        };
+        let deadline = Instant::now() + POST_START_TIMEOUT;
+        let Err(message) = self.run_hook(c, &hook, "PostStartHook", deadline).await else {
+            return;
+        };
+        let name = c.spec.name.clone();
+        self.event("Warning", "FailedPostStartHook", &message).await;
+        if let State::Running { process, .. } = &mut self.containers[i].state {
+            process.kill();
+        }
+        let message = format!("FailedPostStartHook: container {name} is killed");
+        self.event("Normal", "Killing", &message).await;
     }
 
     /// The container's command line and environment: the image's executable stands in for the
@@ -720,7 +751,7 @@ impl Worker {
             .filter(|c| matches!(c.state, State::Running { .. }))
             .filter_map(|c| {
                 let hook = c.spec.lifecycle.as_ref()?.pre_stop.as_ref()?;
-                Some(self.pre_stop(c, hook, deadline))
+                Some(self.run_hook(c, hook, "PreStopHook", deadline))
             })
             .collect();
         let failures: Vec<String> = futures::future::join_all(hooks)
@@ -757,11 +788,13 @@ impl Worker {
         }
     }
 
-    /// Runs container `c`'s preStop `hook` (sleep, exec, httpGet) until it ends or `deadline`.
-    async fn pre_stop(
+    /// Runs container `c`'s `hook` (sleep, exec, httpGet; `kind` names it in messages:
+    /// `PreStopHook`, `PostStartHook`) until it ends or `deadline`.
+    async fn run_hook(
         &self,
         c: &ContainerRun,
         hook: &LifecycleHandler,
+        kind: &str,
         deadline: Instant,
     ) -> Result<(), String> {
         let name = &c.spec.name;
@@ -774,9 +807,7 @@ impl Worker {
         } else if let Some(exec) = &hook.exec {
             let argv = exec.command.clone().unwrap_or_default();
             let Some((program, args)) = argv.split_first() else {
-                return Err(format!(
-                    "PreStopHook for container {name}: empty exec command"
-                ));
+                return Err(format!("{kind} for container {name}: empty exec command"));
             };
             let mut cmd = match &c.state {
                 // In the container's mount namespace, root and working directory.
@@ -796,23 +827,23 @@ impl Worker {
             let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
             let mut process = net
                 .spawn_piped(
-                    &format!("{}/{}/{name}/preStop", self.namespace, self.name),
+                    &format!("{}/{}/{name}/{kind}", self.namespace, self.name),
                     cmd,
                     &log,
                 )
                 .and_then(|mut p| crilog::capture(&mut p, &log).map(|()| p))
-                .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))?;
+                .map_err(|e| format!("{kind} for container {name} failed: {e}"))?;
             loop {
                 if let Some(status) = process.exited() {
                     return if status.success() {
                         Ok(())
                     } else {
-                        Err(format!("PreStopHook for container {name} failed: {status}"))
+                        Err(format!("{kind} for container {name} failed: {status}"))
                     };
                 }
                 if tokio::time::Instant::now() >= deadline {
                     return Err(format!(
-                        "PreStopHook for container {name} did not finish in the grace period"
+                        "{kind} for container {name} did not finish in time"
                     ));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -832,13 +863,11 @@ impl Worker {
                 probe::once(&self.context.world, ip, &c.spec, &probe),
             )
             .await
-            .map_err(|_| {
-                format!("PreStopHook for container {name} did not finish in the grace period")
-            })?
-            .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))
+            .map_err(|_| format!("{kind} for container {name} did not finish in time"))?
+            .map_err(|e| format!("{kind} for container {name} failed: {e}"))
         } else {
             Err(format!(
-                "PreStopHook for container {name}: tcpSocket hooks are not supported"
+                "{kind} for container {name}: tcpSocket hooks are not supported"
             ))
         }
     }
