@@ -1580,6 +1580,37 @@ async fn kubectl_in_a_pod_uses_its_service_account_and_rbac() {
         "{log}"
     );
     assert!(!log.contains("configmap/visible"), "{log}");
+
+    // Only the relayed address reaches the API: the apiserver's own port is on host loopback,
+    // which a Pod's loopback and the node's address do not lead to.
+    let port = cp().cluster("node").server_port(0);
+    for (pod, server) in [
+        ("loopback", format!("https://127.0.0.1:{port}")),
+        ("other-port", format!("https://10.244.0.1:{port}")),
+    ] {
+        create_pod(
+            &pods,
+            json!({
+                "metadata": {"name": pod},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": "lister",
+                    "containers": [{
+                        "name": "kubectl",
+                        "image": "registry.k8s.io/kubectl:v1.36.0",
+                        "command": ["kubectl", "--server", server, "--request-timeout=5s",
+                                    "--token=unused", "--insecure-skip-tls-verify",
+                                    "get", "configmaps", "-o", "name"],
+                    }],
+                },
+            }),
+        )
+        .await;
+        let done = wait_pod(&pods, pod, Duration::from_secs(60), finished).await;
+        let log = std::fs::read_to_string(node.container_log_path(&ns, pod, "kubectl")).unwrap();
+        assert_eq!(phase(&done), "Failed", "{log}");
+        assert!(log.contains("connection refused"), "{log}");
+    }
 }
 
 #[tokio::test]
