@@ -1984,3 +1984,55 @@ async fn post_start_hooks_and_exec_probes_run_inside_the_container() {
         pods.delete(pod, &DeleteParams::default()).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_changed_config_map_reaches_a_running_pod() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "live").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ConfigMap>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "live"}, "data": {"k": "v1"}}),
+    )
+    .await;
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "watcher"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "cfg", "configMap": {"name": "live"}}],
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "exec sleep 120"],
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
+                    "readinessProbe": {"exec": {"command": ["grep", "-qx", "v2", "/cfg/k"]}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "watcher", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(condition(&pod, "Ready"), "False");
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .patch(
+            "live",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"k": "v2"}})),
+        )
+        .await
+        .unwrap();
+    wait_pod(&pods, "watcher", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    pods.delete("watcher", &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -29,6 +29,9 @@ use crate::process::ManagedProcess;
 const POLL: Duration = Duration::from_millis(200);
 /// How soon a container whose configuration failed (a missing Secret) is tried again.
 const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// How often a running Pod's volumes are brought up to date (the kubelet: about a minute; tokens
+/// are requested anew each time, valid an hour).
+const VOLUME_REFRESH: Duration = Duration::from_secs(20);
 /// How long a postStart hook may take before it counts as failed.
 const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest crash-loop back-off, as the kubelet's.
@@ -124,6 +127,8 @@ struct Worker {
     /// The last `FailedMount` message, and when preparing the volumes is tried again.
     mount_error: Option<String>,
     mount_retry: Instant,
+    /// When the volumes are next brought up to date with their sources.
+    volumes_refresh: Instant,
 }
 
 /// Runs the Pod `rx` carries until it is gone (`None`) or deleted.
@@ -193,6 +198,7 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         volumes: None,
         mount_error: None,
         mount_retry: Instant::now(),
+        volumes_refresh: Instant::now() + VOLUME_REFRESH,
     };
     worker.drive(&mut rx).await;
 }
@@ -289,6 +295,14 @@ impl Worker {
             .unwrap_or_else(|| "Always".into());
         if self.volumes.is_none() && self.net.is_some() {
             self.mount_volumes().await;
+        } else if self.volumes.is_some()
+            && Instant::now() >= self.volumes_refresh
+            && self
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, State::Running { .. }))
+        {
+            self.refresh_volumes().await;
         }
         for i in 0..self.containers.len() {
             if let State::Running { process, started } = &mut self.containers[i].state
@@ -622,6 +636,25 @@ impl Worker {
             .dir
             .join("pods")
             .join(format!("{}_{}", self.namespace, self.name))
+    }
+
+    /// Brings the volumes up to date with their Secrets, ConfigMaps and tokens.
+    async fn refresh_volumes(&mut self) {
+        self.volumes_refresh = Instant::now() + VOLUME_REFRESH;
+        let Some(volumes) = &self.volumes else {
+            return;
+        };
+        let field = |path: &str| self.field(path);
+        let sources = volumes::Sources {
+            client: &self.context.client,
+            pod: &self.pod,
+            field: &field,
+            api_ca: &self.context.api_ca,
+            hosts: &self.context.spec.hosts,
+        };
+        if let Err(e) = volumes::refresh(&sources, volumes).await {
+            tracing::warn!(pod = %self.name, error = %e, "refreshing the pod's volumes");
+        }
     }
 
     /// Prepares the Pod's volumes (again every second while that fails, with a `FailedMount`

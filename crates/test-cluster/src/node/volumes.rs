@@ -80,7 +80,46 @@ pub(super) struct Sources<'a> {
 /// Writes every volume of the Pod under `root` (`root/<volume>`), replacing what an earlier
 /// Pod of the same name left. The error is the kubelet's `FailedMount` message.
 pub(super) async fn prepare(sources: &Sources<'_>, root: &Path) -> Result<Volumes, String> {
+    let (contents, automounted) = contents(sources).await?;
     let mut volumes = BTreeMap::new();
+    for (name, files, read_only) in contents {
+        let dir = root.join(&name);
+        let written = match &files {
+            Some(files) => write_volume(&dir, files),
+            None => write_volume(&dir, &[]),
+        };
+        written.map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
+        volumes.insert(name, Prepared { dir, read_only });
+    }
+    let mut implicit = Vec::new();
+    if automounted {
+        implicit.push((SERVICE_ACCOUNT_DIR, API_ACCESS, ""));
+    }
+    implicit.push(("/etc/hosts", ETC_HOSTS, "hosts"));
+    Ok(Volumes { volumes, implicit })
+}
+
+/// Brings the prepared volumes up to date with their sources (a changed Secret or ConfigMap, a
+/// fresh token), file by file in place, so directory mounts see the change (a `subPath` mount
+/// keeps the file it mounted, as with the kubelet). On error nothing is changed.
+pub(super) async fn refresh(sources: &Sources<'_>, volumes: &Volumes) -> Result<(), String> {
+    let (contents, _) = contents(sources).await?;
+    for (name, files, _) in contents {
+        if let (Some(files), Some(prepared)) = (files, volumes.volumes.get(&name)) {
+            update_volume(&prepared.dir, &files)
+                .map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every volume's files (`None` for an emptyDir) and whether it is read-only, the node's own
+/// (`/etc/hosts`, the ServiceAccount's files) included; and whether the latter are mounted.
+#[allow(clippy::type_complexity)]
+async fn contents(
+    sources: &Sources<'_>,
+) -> Result<(Vec<(String, Option<Vec<VolumeFile>>, bool)>, bool), String> {
+    let mut contents = Vec::new();
     let declared = sources
         .pod
         .spec
@@ -88,29 +127,17 @@ pub(super) async fn prepare(sources: &Sources<'_>, root: &Path) -> Result<Volume
         .and_then(|s| s.volumes.clone())
         .unwrap_or_default();
     for volume in &declared {
-        let failed = |e: String| {
+        let files = render(sources, volume).await.map_err(|e| {
             format!(
                 "MountVolume.SetUp failed for volume {:?} : {e}",
                 volume.name
             )
-        };
-        let (files, read_only) = match render(sources, volume).await.map_err(failed)? {
-            Some(files) => (files, true),
-            None => (Vec::new(), false),
-        };
-        let dir = root.join(&volume.name);
-        write_volume(&dir, &files).map_err(failed)?;
-        volumes.insert(volume.name.clone(), Prepared { dir, read_only });
+        })?;
+        let read_only = files.is_some();
+        contents.push((volume.name.clone(), files, read_only));
     }
-    let mut implicit = Vec::new();
-    let mut node_volume = |name: &'static str, files: Vec<VolumeFile>, read_only: bool| {
-        let dir = root.join(name);
-        write_volume(&dir, &files)
-            .map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
-        volumes.insert(name.to_owned(), Prepared { dir, read_only });
-        Ok::<_, String>(())
-    };
-    if automount(sources).await? {
+    let automounted = automount(sources).await?;
+    if automounted {
         let failed =
             |e: String| format!("MountVolume.SetUp failed for volume {API_ACCESS:?} : {e}");
         let token = token(sources, None, None).await.map_err(failed)?;
@@ -125,12 +152,10 @@ pub(super) async fn prepare(sources: &Sources<'_>, root: &Path) -> Result<Volume
             file("ca.crt", sources.api_ca.to_owned()),
             file("namespace", namespace),
         ];
-        node_volume(API_ACCESS, files, true)?;
-        implicit.push((SERVICE_ACCOUNT_DIR, API_ACCESS, ""));
+        contents.push((API_ACCESS.to_owned(), Some(files), true));
     }
-    node_volume(ETC_HOSTS, vec![etc_hosts(sources)?], false)?;
-    implicit.push(("/etc/hosts", ETC_HOSTS, "hosts"));
-    Ok(Volumes { volumes, implicit })
+    contents.push((ETC_HOSTS.to_owned(), Some(vec![etc_hosts(sources)?]), false));
+    Ok((contents, automounted))
 }
 
 /// Whether the Pod gets its ServiceAccount's token: the Pod's `automountServiceAccountToken`,
@@ -448,11 +473,18 @@ async fn token(
 
 /// Writes `files` into a fresh `dir`.
 fn write_volume(dir: &Path, files: &[VolumeFile]) -> Result<(), String> {
-    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| io(dir, e))?;
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
+    update_volume(dir, files)
+}
+
+/// Makes `dir` hold exactly `files`: each changed file replaced by a rename (a reader sees the
+/// old or the new content), files no longer projected removed.
+fn update_volume(dir: &Path, files: &[VolumeFile]) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let mut keep = BTreeSet::new();
     for file in files {
         let relative = relative(&file.path).ok_or_else(|| {
             format!(
@@ -461,12 +493,36 @@ fn write_volume(dir: &Path, files: &[VolumeFile]) -> Result<(), String> {
             )
         })?;
         let path = dir.join(relative);
+        keep.insert(path.clone());
+        let mode = (file.mode & 0o777) as u32;
+        let same = std::fs::read(&path).is_ok_and(|d| d == file.data)
+            && std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o777 == mode);
+        if same {
+            continue;
+        }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
         }
-        std::fs::write(&path, &file.data).map_err(|e| io(&path, e))?;
-        let mode = std::fs::Permissions::from_mode((file.mode & 0o777) as u32);
-        std::fs::set_permissions(&path, mode).map_err(|e| io(&path, e))?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let temp = path.with_file_name(format!("..{name}.tmp"));
+        std::fs::write(&temp, &file.data).map_err(|e| io(&temp, e))?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io(&temp, e))?;
+        std::fs::rename(&temp, &path).map_err(|e| io(&path, e))?;
+    }
+    remove_others(dir, &keep).map_err(|e| io(dir, e))
+}
+
+/// Removes the files under `dir` that are not in `keep` (directories stay).
+fn remove_others(dir: &Path, keep: &BTreeSet<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            remove_others(&path, keep)?;
+        } else if !keep.contains(&path) {
+            std::fs::remove_file(&path)?;
+        }
     }
     Ok(())
 }
