@@ -797,6 +797,7 @@ fn the_command_starts_a_node() {
     let mut up = Command::new(BIN)
         .args(["up", "--clusters", "solo", "--node", "solo"])
         .arg(format!("--image=kt-test-server={SERVER}"))
+        .arg("--host=kt-cli.test=10.244.0.1")
         .arg("--state-dir")
         .arg(state.path())
         .stdout(Stdio::piped())
@@ -854,6 +855,12 @@ fn the_command_starts_a_node() {
     let ip = kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
     let node = kubectl(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]);
     assert_eq!(node, "solo-node");
+    // The Pod's /etc/hosts (as the node wrote it) has the entry given on the command line.
+    let hosts = state
+        .path()
+        .join("solo/node/pods/default_web/volumes/etc-hosts:node/hosts");
+    let hosts = std::fs::read_to_string(&hosts).unwrap();
+    assert!(hosts.contains("10.244.0.1\tkt-cli.test\n"), "{hosts}");
     // From inside the printed namespace.
     let ns = std::fs::File::open(&ns_path).unwrap();
     let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
