@@ -468,8 +468,11 @@ async fn readiness_probes_decide_ready() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let closed = pods.get("closed").await.unwrap();
-    assert_eq!(phase(&closed), "Running");
+    // The status is reported after the step that probed (and recorded the Event).
+    let closed = wait_pod(&pods, "closed", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
     assert_eq!(condition(&closed, "Ready"), "False");
     assert_eq!(condition(&closed, "ContainersReady"), "False");
     let status = status_json(&closed);
