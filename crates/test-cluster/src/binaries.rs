@@ -2,6 +2,9 @@
 //! they are not cached yet.
 //!
 //! `KT_BIN_DIR` points at a directory that already holds them (nothing is built then).
+//!
+//! [`echo_basic`] does the same for the Gateway API conformance backend
+//! (`scripts/build-echo-basic.sh`; `KT_ECHO_BASIC` names an existing binary instead).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,23 +36,7 @@ impl Binaries {
     fn find_or_build() -> Result<Self, Error> {
         let dir = match std::env::var_os("KT_BIN_DIR") {
             Some(dir) => PathBuf::from(dir),
-            None => {
-                let script = repo_root().join("scripts/build-control-plane.sh");
-                let out = Command::new("bash")
-                    .arg(&script)
-                    .stdin(Stdio::null())
-                    .stderr(Stdio::inherit())
-                    .output()
-                    .map_err(|e| Error::io(&script, e))?;
-                if !out.status.success() {
-                    return Err(Error::Script {
-                        script,
-                        status: out.status,
-                    });
-                }
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
-            }
+            None => run_script("build-control-plane.sh")?,
         };
         let bins = Self { dir };
         for b in [
@@ -85,4 +72,45 @@ impl Binaries {
     pub fn kubectl(&self) -> PathBuf {
         self.dir.join("kubectl")
     }
+}
+
+/// The `echo-basic` binary of the Gateway API conformance suite, built (once per process) and
+/// cached by version when missing.
+pub fn echo_basic() -> Result<PathBuf, Error> {
+    static FOUND: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let path = match std::env::var_os("KT_ECHO_BASIC") {
+                Some(path) => PathBuf::from(path),
+                None => run_script("build-echo-basic.sh").map_err(Arc::new)?,
+            };
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(Arc::new(Error::MissingBinary(path)))
+            }
+        })
+        .clone()
+        .map_err(Error::Once)
+}
+
+/// Runs `scripts/<name>` (its progress on our stderr) and returns the last line it printed.
+fn run_script(name: &str) -> Result<PathBuf, Error> {
+    let script = repo_root().join("scripts").join(name);
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io(&script, e))?;
+    if !out.status.success() {
+        return Err(Error::Script {
+            script,
+            status: out.status,
+        });
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok(PathBuf::from(
+        stdout.lines().last().unwrap_or_default().trim(),
+    ))
 }

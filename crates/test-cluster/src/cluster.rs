@@ -18,7 +18,7 @@ pub struct ClusterSpec {
     /// A second kube-apiserver on the same etcd prefix: an HA peer with its own endpoint.
     pub ha: bool,
     /// kube-controller-manager with the garbage collector and the namespace controller (and,
-    /// with a node, the deployment, replicaset and endpointslice controllers).
+    /// with a node, the deployment, replicaset, endpointslice and serviceaccount controllers).
     pub controller_manager: bool,
     /// A node agent running this cluster's Pods as local processes.
     pub node: Option<NodeSpec>,
@@ -47,9 +47,11 @@ impl ClusterSpec {
         self
     }
 
-    /// Adds a node agent (see [`NodeAgent`]) that binds and runs this cluster's Pods.
+    /// Adds a node agent (see [`NodeAgent`]) that binds and runs this cluster's Pods, and
+    /// kube-controller-manager (a Pod waits for its namespace's `default` ServiceAccount).
     pub fn node(mut self, node: NodeSpec) -> Self {
         self.node = Some(node);
+        self.controller_manager = true;
         self
     }
 }
@@ -121,6 +123,8 @@ impl Cluster {
         if with_node {
             controllers
                 .push_str(",deployment-controller,replicaset-controller,endpointslice-controller");
+            // Every namespace's `default` ServiceAccount, whose token the node mounts in Pods.
+            controllers.push_str(",serviceaccount-controller");
         }
         let kubeconfig = self.kubeconfig_path().display().to_string();
         let port = free_port()?;

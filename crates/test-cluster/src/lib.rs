@@ -33,7 +33,7 @@ mod process;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use binaries::{Binaries, repo_root};
+pub use binaries::{Binaries, echo_basic, repo_root};
 pub use cluster::{Cluster, ClusterSpec};
 pub use control_plane::{ControlPlane, ControlPlaneBuilder, LogsOnFailure, shared, unique_name};
 pub use process::{ManagedProcess, free_port, tail_file};

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! test-cluster up --clusters client,target [--ha target] [--controller-manager] [--gateway-api]
-//!                 [--node target --image NAME=PATH ...] --state-dir DIR
+//!                 [--node target --image NAME=PATH ... --host NAME=IP ...] --state-dir DIR
 //! test-cluster down --state-dir DIR
 //! ```
 //! `up` starts the control plane, writes `DIR/<cluster>/kubeconfig` for each cluster and
@@ -52,6 +52,9 @@ enum Cmd {
         /// An image the nodes run, as NAME=EXECUTABLE (repeatable).
         #[arg(long = "image", value_parser = parse_image)]
         images: Vec<(String, PathBuf)>,
+        /// An `/etc/hosts` entry of every Pod on the nodes, as NAME=IP (repeatable).
+        #[arg(long = "host", value_parser = parse_host)]
+        hosts: Vec<(String, std::net::IpAddr)>,
         /// Where PKI, kubeconfigs, logs and etcd data go. Wiped at start.
         #[arg(long)]
         state_dir: PathBuf,
@@ -74,13 +77,18 @@ fn main() -> anyhow::Result<()> {
             gateway_api,
             node,
             images,
+            hosts,
             state_dir,
         } => up(
             clusters,
             ha,
             controller_manager,
             gateway_api,
-            Nodes { node, images },
+            Nodes {
+                node,
+                images,
+                hosts,
+            },
             &state_dir,
         ),
         Cmd::Down { state_dir } => down(&state_dir),
@@ -96,10 +104,21 @@ fn parse_image(arg: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// Which clusters get a node, and the images the nodes run.
+fn parse_host(arg: &str) -> Result<(String, std::net::IpAddr), String> {
+    match arg.split_once('=') {
+        Some((name, ip)) if !name.is_empty() => ip
+            .parse()
+            .map(|ip| (name.to_owned(), ip))
+            .map_err(|_| format!("{arg:?}: {ip:?} is not an IP address")),
+        _ => Err(format!("{arg:?}: expected NAME=IP")),
+    }
+}
+
+/// Which clusters get a node, the images the nodes run and their `/etc/hosts` entries.
 struct Nodes {
     node: Vec<String>,
     images: Vec<(String, PathBuf)>,
+    hosts: Vec<(String, std::net::IpAddr)>,
 }
 
 fn up(
@@ -143,6 +162,10 @@ fn up(
                 NodeSpec::new(format!("{name}-node")),
                 |node, (image, path)| node.image(image, path),
             );
+            let node = nodes
+                .hosts
+                .iter()
+                .fold(node, |node, (host, ip)| node.host(host, *ip));
             spec = spec.node(node);
         }
         builder = builder.cluster(spec);

@@ -134,6 +134,40 @@ impl World {
         tokio::net::TcpStream::from_std(stream)
     }
 
+    /// Listens on `inside` in the world and relays each connection to `host` (an address on the
+    /// host's loopback that the project started, such as the cluster's kube-apiserver), from
+    /// the harness process. Runs until dropped.
+    pub async fn expose(&self, inside: SocketAddr, host: SocketAddr) -> std::io::Result<()> {
+        let ns = self.holder.ns.try_clone()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("netns-listen".into())
+            .spawn(move || {
+                let result = setns(&ns, CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| std::net::TcpListener::bind(inside));
+                let _ = tx.send(result);
+            })?;
+        let listener = rx
+            .await
+            .map_err(|_| std::io::Error::other("netns-listen thread died"))??;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut relays = tokio::task::JoinSet::new();
+        loop {
+            let (mut inbound, peer) = listener.accept().await?;
+            relays.spawn(async move {
+                match tokio::net::TcpStream::connect(host).await {
+                    Ok(mut outbound) => {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                    Err(e) => tracing::warn!(%peer, %host, error = %e, "relaying a connection"),
+                }
+            });
+            while relays.try_join_next().is_some() {}
+        }
+    }
+
     /// Creates a pod's namespace with its own address on the bridge.
     pub fn add_pod(self: &Arc<Self>, name: &str) -> Result<PodNetwork, Error> {
         let (host, link) = {

@@ -188,6 +188,8 @@ impl ClusterPki {
             &[
                 "127.0.0.1".parse().expect("literal"),
                 "::1".parse().expect("literal"),
+                // Where a node's Pods reach the API (`World::expose` in the node's namespace).
+                std::net::IpAddr::V4(crate::netns::GATEWAY),
             ],
         )?;
         let front_proxy_client = front_proxy_ca.client_cert(FRONT_PROXY_CLIENT_CN, &[])?;

@@ -22,7 +22,16 @@ fn spec() -> ControlPlaneBuilder {
         ClusterSpec::new("node").controller_manager().node(
             NodeSpec::new(NODE)
                 .image("kt-test-server", SERVER)
-                .image("shell", "/bin/sh"),
+                .image("shell", "/bin/sh")
+                .image(
+                    "registry.k8s.io/kubectl:v1.36.0",
+                    test_cluster::Binaries::locate().unwrap().kubectl(),
+                )
+                .image("echo-basic", test_cluster::echo_basic().unwrap())
+                .host(
+                    "kt-hosts.test",
+                    std::net::Ipv4Addr::new(10, 244, 0, 1).into(),
+                ),
         ),
     )
 }
@@ -459,8 +468,11 @@ async fn readiness_probes_decide_ready() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let closed = pods.get("closed").await.unwrap();
-    assert_eq!(phase(&closed), "Running");
+    // The status is reported after the step that probed (and recorded the Event).
+    let closed = wait_pod(&pods, "closed", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
     assert_eq!(condition(&closed, "Ready"), "False");
     assert_eq!(condition(&closed, "ContainersReady"), "False");
     let status = status_json(&closed);
@@ -728,7 +740,7 @@ async fn pre_stop_hooks_run_before_sigterm() {
 }
 
 #[tokio::test]
-async fn init_containers_and_host_network_are_refused_with_a_reason() {
+async fn sidecars_and_host_network_are_refused_with_a_reason() {
     let client = cp().cluster("node").client().await.unwrap();
     let ns = namespace(&client, "init").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -737,7 +749,8 @@ async fn init_containers_and_host_network_are_refused_with_a_reason() {
         json!({
             "metadata": {"name": "init"},
             "spec": {
-                "initContainers": [{"name": "setup", "image": "shell", "args": ["-c", "true"]}],
+                "initContainers": [{"name": "setup", "image": "shell", "restartPolicy": "Always",
+                                    "args": ["-c", "sleep 60"]}],
                 "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
             },
         }),
@@ -752,7 +765,7 @@ async fn init_containers_and_host_network_are_refused_with_a_reason() {
     let status = status_json(&pod);
     assert_eq!(
         status["containerStatuses"][0]["state"]["waiting"]["message"],
-        "init containers are not supported by this node yet"
+        "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet"
     );
     pods.delete("init", &DeleteParams::default()).await.unwrap();
     create_pod(
@@ -787,6 +800,7 @@ fn the_command_starts_a_node() {
     let mut up = Command::new(BIN)
         .args(["up", "--clusters", "solo", "--node", "solo"])
         .arg(format!("--image=kt-test-server={SERVER}"))
+        .arg("--host=kt-cli.test=10.244.0.1")
         .arg("--state-dir")
         .arg(state.path())
         .stdout(Stdio::piped())
@@ -844,6 +858,12 @@ fn the_command_starts_a_node() {
     let ip = kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
     let node = kubectl(&["get", "pod", "web", "-o", "jsonpath={.spec.nodeName}"]);
     assert_eq!(node, "solo-node");
+    // The Pod's /etc/hosts (as the node wrote it) has the entry given on the command line.
+    let hosts = state
+        .path()
+        .join("solo/node/pods/default_web/volumes/etc-hosts:node/hosts");
+    let hosts = std::fs::read_to_string(&hosts).unwrap();
+    assert!(hosts.contains("10.244.0.1\tkt-cli.test\n"), "{hosts}");
     // From inside the printed namespace.
     let ns = std::fs::File::open(&ns_path).unwrap();
     let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
@@ -1183,6 +1203,846 @@ async fn what_a_container_started_ends_with_it() {
     }
     wait_gone(child).await;
     pods.delete("leaves", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The `key=value` lines a container printed (its CRI log), up to the line `done`.
+fn printed(
+    ns: &str,
+    pod: &str,
+    container: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let node = cp().cluster("node").node().unwrap();
+    let log = std::fs::read_to_string(node.container_log_path(ns, pod, container)).ok()?;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect();
+    lines.contains(&"done").then(|| {
+        lines
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    })
+}
+
+async fn create<K>(client: &kube::Client, ns: &str, object: serde_json::Value)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+const READER: &str = r#"
+r() { printf '%s=%s\n' "$1" "$2"; }
+r secret "$(cat /etc/kt-creds/dir/a.txt)"
+r secret_mode "$(stat -c %a /etc/kt-creds/dir/a.txt)"
+r secret_b "$(ls /etc/kt-creds/b 2>/dev/null || echo absent)"
+r etc_kept "$(head -c 5 /etc/passwd)"
+r conf "$(cat /kt-conf/app.conf)"
+r conf_mode "$(stat -c %a /kt-conf/app.conf)"
+r conf_write "$(touch /kt-conf/new 2>/dev/null && echo writable || echo refused)"
+r root_kept "$(test -x /bin/sh && echo yes)"
+r maybe "$(ls -A /kt-maybe | wc -l)"
+r proj_b "$(cat /var/run/kt-proj/b)"
+r proj_other "$(cat /var/run/kt-proj/sub/other)"
+r proj_name "$(cat /var/run/kt-proj/name)"
+r proj_labels "$(cat /var/run/kt-proj/labels)"
+r proj_mode "$(stat -c %a /var/run/kt-proj/b)"
+r token "$(cat /var/run/kt-proj/token)"
+r subpath "$(cat /etc/kt-app.conf)"
+r pwd "$(pwd)"
+r hosts "$(getent hosts kt-hosts.test | awk '{print $1}')"
+r sa_namespace "$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
+r api "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+until test -f /scratch/from-writer; do sleep 0.1; done
+r shared "$(cat /scratch/from-writer)"
+r scratch_write "$(echo x > /scratch/work/mine && echo ok)"
+echo done
+exec sleep 3600
+"#;
+
+#[tokio::test]
+async fn volumes_are_mounted_for_the_container_only_once_their_sources_exist() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "volumes").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": "reader"}})).await;
+    create::<ConfigMap>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "conf"}, "data": {"app.conf": "x=1", "other": "o"}}),
+    )
+    .await;
+    let scratch = json!({"name": "scratch", "mountPath": "/scratch"});
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "vols", "labels": {"app": "vols"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "serviceAccountName": "reader",
+                "volumes": [
+                    {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o440,
+                        "items": [{"key": "a", "path": "dir/a.txt", "mode": 0o400}]}},
+                    {"name": "conf", "configMap": {"name": "conf", "defaultMode": 0o600}},
+                    {"name": "maybe", "configMap": {"name": "absent", "optional": true}},
+                    {"name": "proj", "projected": {"defaultMode": 0o444, "sources": [
+                        {"secret": {"name": "creds", "items": [{"key": "b", "path": "b"}]}},
+                        {"configMap": {"name": "conf", "items": [{"key": "other", "path": "sub/other"}]}},
+                        {"downwardAPI": {"items": [
+                            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                        ]}},
+                        {"serviceAccountToken": {"path": "token", "audience": "kt-test"}},
+                    ]}},
+                    {"name": "scratch", "emptyDir": {}},
+                ],
+                "containers": [
+                    {
+                        "name": "reader",
+                        "image": "shell",
+                        "command": ["sh", "-c", READER],
+                        "workingDir": "/scratch/work",
+                        "volumeMounts": [
+                            {"name": "creds", "mountPath": "/etc/kt-creds"},
+                            {"name": "conf", "mountPath": "/kt-conf"},
+                            {"name": "maybe", "mountPath": "/kt-maybe"},
+                            {"name": "proj", "mountPath": "/var/run/kt-proj"},
+                            {"name": "conf", "mountPath": "/etc/kt-app.conf", "subPath": "app.conf"},
+                            scratch,
+                        ],
+                    },
+                    {
+                        "name": "writer",
+                        "image": "shell",
+                        "command": ["sh", "-c", "echo shared > /scratch/from-writer; exec sleep 3600"],
+                        "volumeMounts": [scratch],
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+
+    // The Secret does not exist yet: the Pod waits, saying why.
+    let pod = wait_pod(&pods, "vols", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+            && status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("secret \"creds\" not found"))
+    })
+    .await;
+    assert_eq!(phase(&pod), "Pending");
+    let events = events_of(&client, &ns, "vols").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedMount")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref()
+                    == Some(
+                        "MountVolume.SetUp failed for volume \"creds\" : secret \"creds\" not found"
+                    )),
+        "{events:?}"
+    );
+    assert!(printed(&ns, "vols", "reader").is_none());
+
+    create::<Secret>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "creds"}, "stringData": {"a": "alpha", "b": "beta"}}),
+    )
+    .await;
+    wait_pod(&pods, "vols", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        if let Some(seen) = printed(&ns, "vols", "reader") {
+            break seen;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let node = cp().cluster("node").node().unwrap();
+            let log = std::fs::read_to_string(node.container_log_path(&ns, "vols", "reader"));
+            let pod = pods.get("vols").await.unwrap();
+            let events = events_of(&client, &ns, "vols").await;
+            let events: Vec<_> = events.iter().map(|e| e.message.clone()).collect();
+            panic!(
+                "the reader did not finish: {log:?}\n{}\n{events:?}",
+                status_json(&pod)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let expect = |key: &str, value: &str| {
+        assert_eq!(
+            seen.get(key).map(String::as_str),
+            Some(value),
+            "{key} in {seen:?}"
+        );
+    };
+    expect("secret", "alpha");
+    expect("secret_mode", "400");
+    expect("secret_b", "absent");
+    expect("etc_kept", "root:");
+    expect("conf", "x=1");
+    expect("conf_mode", "600");
+    expect("conf_write", "refused");
+    expect("root_kept", "yes");
+    expect("maybe", "0");
+    expect("proj_b", "beta");
+    expect("proj_other", "o");
+    expect("proj_name", "vols");
+    expect("proj_labels", "app=\"vols\"");
+    expect("proj_mode", "444");
+    expect("subpath", "x=1");
+    expect("pwd", "/scratch/work");
+    expect("shared", "shared");
+    expect("scratch_write", "ok");
+    expect("hosts", "10.244.0.1");
+    expect("sa_namespace", &ns);
+    expect("api", "10.244.0.1:443");
+    // The token is the Pod's ServiceAccount's, for the audience asked, bound to this Pod.
+    use base64::Engine;
+    let token = &seen["token"];
+    let claims = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["aud"], json!(["kt-test"]), "{claims}");
+    assert_eq!(claims["sub"], format!("system:serviceaccount:{ns}:reader"));
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "vols", "{claims}");
+
+    // None of it is on the host: no mount point created, no mount in the host's table.
+    for path in [
+        "/etc/kt-creds",
+        "/kt-conf",
+        "/kt-maybe",
+        "/var/run/kt-proj",
+        "/etc/kt-app.conf",
+        "/scratch",
+    ] {
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} appeared on the host"
+        );
+    }
+    let pod_dir = cp()
+        .cluster("node")
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "vols", "reader")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mountinfo.contains(pod_dir.to_str().unwrap()) && !mountinfo.contains("kt-"),
+        "{mountinfo}"
+    );
+
+    // Deleted: the volumes (the Secret's files among them) are removed from the node.
+    pods.delete("vols", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("vols").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!pod_dir.join("volumes").exists());
+}
+
+#[tokio::test]
+async fn a_sub_path_that_a_container_points_outside_its_volume_is_refused() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "subpath").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // `evil` replaces the subPath directory with a symlink to the host's /etc; `victim` exits
+    // after 2 s, and its restart must not mount the host's /etc.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "escape"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [
+                    {
+                        "name": "victim",
+                        "image": "shell",
+                        "command": ["sh", "-c", "ls /mnt/sub; sleep 2"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/mnt/sub", "subPath": "esc"}],
+                    },
+                    {
+                        "name": "evil",
+                        "image": "shell",
+                        "command": ["sh", "-c", "sleep 0.5; rm -rf /data/esc && ln -s /etc /data/esc; exec sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "escape", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    })
+    .await;
+    let message = status_json(&pod)["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("subPath \"esc\"") && message.contains("outside its volume"),
+        "{message}"
+    );
+    assert_eq!(
+        status_json(&pod)["containerStatuses"][0]["restartCount"],
+        0,
+        "the victim must not have run again"
+    );
+    pods.delete("escape", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_in_a_pod_uses_its_service_account_and_rbac() {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "incluster").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ConfigMap>(&client, &ns, json!({"metadata": {"name": "visible"}})).await;
+    for name in ["lister", "nobody"] {
+        create::<ServiceAccount>(&client, &ns, json!({"metadata": {"name": name}})).await;
+    }
+    create::<Role>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "read-cm"}, "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+    )
+    .await;
+    create::<RoleBinding>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "lister"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-cm"},
+               "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}]}),
+    )
+    .await;
+    // No flags, no kubeconfig: kubectl's in-cluster configuration (the `kubernetes` Service's
+    // environment and the mounted token and CA).
+    for (pod, account) in [("allowed", "lister"), ("denied", "nobody")] {
+        create_pod(
+            &pods,
+            json!({
+                "metadata": {"name": pod},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": account,
+                    "containers": [{
+                        "name": "kubectl",
+                        "image": "registry.k8s.io/kubectl:v1.36.0",
+                        "command": ["kubectl", "get", "configmaps", "-o", "name"],
+                    }],
+                },
+            }),
+        )
+        .await;
+    }
+    let node = cp().cluster("node").node().unwrap();
+    let finished = |p: &Pod| matches!(phase(p), "Succeeded" | "Failed");
+    let allowed = wait_pod(&pods, "allowed", Duration::from_secs(60), finished).await;
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "allowed", "kubectl")).unwrap();
+    assert_eq!(phase(&allowed), "Succeeded", "{log}");
+    assert!(log.contains("configmap/visible"), "{log}");
+    let denied = wait_pod(&pods, "denied", Duration::from_secs(60), finished).await;
+    let log = std::fs::read_to_string(node.container_log_path(&ns, "denied", "kubectl")).unwrap();
+    assert_eq!(phase(&denied), "Failed", "{log}");
+    assert!(
+        log.contains(&format!(
+            "User \"system:serviceaccount:{ns}:nobody\" cannot list resource \"configmaps\""
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("configmap/visible"), "{log}");
+
+    // Only the relayed address reaches the API: the apiserver's own port is on host loopback,
+    // which a Pod's loopback and the node's address do not lead to.
+    let port = cp().cluster("node").server_port(0);
+    for (pod, server) in [
+        ("loopback", format!("https://127.0.0.1:{port}")),
+        ("other-port", format!("https://10.244.0.1:{port}")),
+    ] {
+        create_pod(
+            &pods,
+            json!({
+                "metadata": {"name": pod},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": "lister",
+                    "containers": [{
+                        "name": "kubectl",
+                        "image": "registry.k8s.io/kubectl:v1.36.0",
+                        "command": ["kubectl", "--server", server, "--request-timeout=5s",
+                                    "--token=unused", "--insecure-skip-tls-verify",
+                                    "get", "configmaps", "-o", "name"],
+                    }],
+                },
+            }),
+        )
+        .await;
+        let done = wait_pod(&pods, pod, Duration::from_secs(60), finished).await;
+        let log = std::fs::read_to_string(node.container_log_path(&ns, pod, "kubectl")).unwrap();
+        assert_eq!(phase(&done), "Failed", "{log}");
+        assert!(log.contains("connection refused"), "{log}");
+    }
+}
+
+#[tokio::test]
+async fn echo_basic_pods_serve_their_identity_and_scale_down_gracefully() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "echo").await;
+    // As the Gateway API conformance suite deploys it.
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: echo}}}}
+  template:
+    metadata: {{labels: {{app: echo}}}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+  selector: {{app: echo}}
+  ports: [{{port: 8080, targetPort: 3000}}]
+"#
+    );
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], &manifest)
+        .await
+        .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "-n",
+            &ns,
+            "--for=condition=Available",
+            "deployment/echo",
+            "--timeout=60s",
+        ])
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let listed = pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 2);
+    let mut ips: Vec<String> = listed
+        .iter()
+        .map(|p| status_json(p)["podIP"].as_str().unwrap().to_owned())
+        .collect();
+    ips.sort();
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready: Vec<String> = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=echo"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        ready.sort();
+        if ready == ips {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slices list {ready:?}, pods {ips:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Each Pod answers with its own name and namespace (read from the downward API).
+    let world = cluster.node().unwrap().world();
+    for p in &listed {
+        let ip: std::net::Ipv4Addr = status_json(p)["podIP"].as_str().unwrap().parse().unwrap();
+        let name = p.metadata.name.as_deref().unwrap();
+        let mut stream = world.connect(SocketAddr::from((ip, 3000))).await.unwrap();
+        stream
+            .write_all(b"GET /hello-echo HTTP/1.1\r\nhost: echo.test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert_eq!(body["pod"], name, "{body}");
+        assert_eq!(body["namespace"], ns.as_str(), "{body}");
+        assert_eq!(body["path"], "/hello-echo", "{body}");
+        let logs = cluster
+            .kubectl_ok(&["logs", "-n", &ns, name])
+            .await
+            .unwrap();
+        assert!(
+            logs.contains("Echoing back request made to /hello-echo"),
+            "{logs}"
+        );
+    }
+
+    // Scaling down: the Pod leaves on SIGTERM, long before its 30 s grace period ends.
+    let started = tokio::time::Instant::now();
+    cluster
+        .kubectl_ok(&["scale", "-n", &ns, "deployment/echo", "--replicas=1"])
+        .await
+        .unwrap();
+    while pods.list(&ListParams::default()).await.unwrap().items.len() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not scaled down gracefully"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let kept = pods.list(&ListParams::default()).await.unwrap().items;
+    let gone = listed
+        .iter()
+        .find(|p| p.metadata.uid != kept[0].metadata.uid)
+        .unwrap();
+    let events = events_of(&client, &ns, gone.metadata.name.as_deref().unwrap()).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Killing")),
+        "{events:?}"
+    );
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn init_containers_run_in_order_to_completion_before_the_app() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "init").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let work = json!([{"name": "work", "mountPath": "/work"}]);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "ordered"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "first", "image": "shell", "args": ["-c", "echo one >> /work/order"],
+                     "volumeMounts": work},
+                    {"name": "second", "image": "shell",
+                     "args": ["-c", "sleep 2; echo two >> /work/order"], "volumeMounts": work},
+                ],
+                "containers": [{"name": "main", "image": "shell", "volumeMounts": work,
+                                "args": ["-c", "tr '\\n' , < /work/order; echo; exec sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        status_json(p)["initContainerStatuses"][1]["state"]["running"].is_object()
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Pending");
+    assert_eq!(condition(&pod, "Initialized"), "False");
+    assert_eq!(
+        status["initContainerStatuses"][0]["state"]["terminated"]["reason"], "Completed",
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(condition(&pod, "Initialized"), "True");
+    for i in 0..2 {
+        assert_eq!(
+            status["initContainerStatuses"][i]["state"]["terminated"]["exitCode"], 0,
+            "{status}"
+        );
+        assert_eq!(
+            status["initContainerStatuses"][i]["restartCount"], 0,
+            "{status}"
+        );
+    }
+    let log = cluster
+        .node()
+        .unwrap()
+        .container_log_path(&ns, "ordered", "main");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("one,two,") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A failing init container is restarted with back-off; the app never starts.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "crashing"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "initContainers": [{"name": "fail", "image": "shell", "args": ["-c", "exit 3"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "crashing", Duration::from_secs(30), |p| {
+        status_json(p)["initContainerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CrashLoopBackOff"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Pending");
+    assert_eq!(
+        status["initContainerStatuses"][0]["lastState"]["terminated"]["exitCode"], 3,
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+    let shown = cluster
+        .kubectl_ok(&["get", "pod", "-n", &ns, "crashing", "--no-headers"])
+        .await
+        .unwrap();
+    assert!(shown.contains("Init:CrashLoopBackOff"), "{shown}");
+
+    // With restartPolicy Never, a failed init container fails the Pod.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "never"},
+            "spec": {
+                "restartPolicy": "Never",
+                "initContainers": [{"name": "fail", "image": "shell", "args": ["-c", "exit 1"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "true"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "never", Duration::from_secs(30), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(
+        status["initContainerStatuses"][0]["restartCount"], 0,
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+    cluster
+        .kubectl_ok(&["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn post_start_hooks_and_exec_probes_run_inside_the_container() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "exec").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // /state exists only in the container's mount namespace: the hook and the probe see it.
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "hooked"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "state", "emptyDir": {}}],
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "exec sleep 60"],
+                    "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                    "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo $HOSTNAME > /state/ready"]}}},
+                    "readinessProbe": {"exec": {"command": ["grep", "-q", "hooked", "/state/ready"]}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "hooked", Duration::from_secs(30), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "unwell"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "badhook",
+                        "image": "shell",
+                        "args": ["-c", "exec sleep 60"],
+                        "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo no >&2; exit 2"]}}},
+                    },
+                    {
+                        "name": "dying",
+                        "image": "shell",
+                        "args": ["-c", "exec sleep 60"],
+                        "livenessProbe": {"exec": {"command": ["sh", "-c", "exit 1"]},
+                                          "periodSeconds": 1, "failureThreshold": 1},
+                    },
+                ],
+            },
+        }),
+    )
+    .await;
+    wait_pod(&pods, "unwell", Duration::from_secs(30), |p| {
+        let s = status_json(p);
+        s["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+            && s["containerStatuses"][1]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let events = events_of(&client, &ns, "unwell").await;
+    let has = |reason: &str, text: &str| {
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(
+        has(
+            "FailedPostStartHook",
+            "PostStartHook for container badhook failed"
+        ),
+        "{events:?}"
+    );
+    assert!(
+        has(
+            "Unhealthy",
+            "Liveness probe failed: command [\"sh\", \"-c\", \"exit 1\"] exited with 1"
+        ),
+        "{events:?}"
+    );
+    assert!(
+        has("Killing", "Container dying failed liveness probe"),
+        "{events:?}"
+    );
+    let ready = pods.get("hooked").await.unwrap();
+    assert_eq!(
+        status_json(&ready)["containerStatuses"][0]["restartCount"],
+        0
+    );
+    for pod in ["hooked", "unwell"] {
+        pods.delete(pod, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_changed_config_map_reaches_a_running_pod() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "live").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<ConfigMap>(
+        &client,
+        &ns,
+        json!({"metadata": {"name": "live"}, "data": {"k": "v1"}}),
+    )
+    .await;
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "watcher"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "cfg", "configMap": {"name": "live"}}],
+                "containers": [{
+                    "name": "main",
+                    "image": "shell",
+                    "args": ["-c", "exec sleep 120"],
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
+                    "readinessProbe": {"exec": {"command": ["grep", "-qx", "v2", "/cfg/k"]}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "watcher", Duration::from_secs(30), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(condition(&pod, "Ready"), "False");
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .patch(
+            "live",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"k": "v2"}})),
+        )
+        .await
+        .unwrap();
+    wait_pod(&pods, "watcher", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    pods.delete("watcher", &DeleteParams::default())
         .await
         .unwrap();
 }

@@ -16,6 +16,7 @@ mod env;
 mod logs;
 mod pod;
 mod probe;
+mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,13 +35,18 @@ use tokio::sync::{oneshot, watch};
 use crate::Error;
 use crate::netns::{GATEWAY, World};
 
-/// What the node runs: its name and the image → executable map.
+/// The port Pods reach the cluster's API on, at the node's address ([`GATEWAY`]).
+pub const API_PORT: u16 = 443;
+
+/// What the node runs: its name, the image → executable map and its `/etc/hosts` entries.
 #[derive(Clone, Debug)]
 pub struct NodeSpec {
     pub name: String,
     /// Image name (as written in a Pod, tag included if the Pod has one) → the executable that
     /// stands in for the image's entrypoint.
     pub images: BTreeMap<String, PathBuf>,
+    /// Extra `/etc/hosts` entries of every Pod: name → address.
+    pub hosts: BTreeMap<String, std::net::IpAddr>,
 }
 
 impl NodeSpec {
@@ -49,7 +55,14 @@ impl NodeSpec {
         Self {
             name: name.into(),
             images: BTreeMap::new(),
+            hosts: BTreeMap::new(),
         }
+    }
+
+    /// Adds `name` → `address` to every Pod's `/etc/hosts`.
+    pub fn host(mut self, name: impl Into<String>, address: std::net::IpAddr) -> Self {
+        self.hosts.insert(name.into(), address);
+        self
     }
 
     /// Maps `image` to `executable`.
@@ -66,6 +79,8 @@ struct Context {
     world: Arc<World>,
     dir: PathBuf,
     kubelet_port: u16,
+    /// The cluster's CA certificate (PEM): a Pod's `ca.crt`.
+    api_ca: String,
 }
 
 /// A running node agent. Dropping it stops every container and removes every namespace.
@@ -160,11 +175,12 @@ async fn run(
     let registered = async {
         let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
+        let api = api_server(&kubeconfig)?;
         register(&client, &spec.name, endpoint.port()).await?;
-        Ok::<_, Error>((client, endpoint))
+        Ok::<_, Error>((client, endpoint, api))
     }
     .await;
-    let (client, endpoint) = match registered {
+    let (client, endpoint, (api_addr, api_ca)) = match registered {
         Ok(registered) => {
             let _ = ready.send(Ok(()));
             registered
@@ -180,13 +196,45 @@ async fn run(
         world,
         kubelet_port: endpoint.port(),
         dir,
+        api_ca,
     });
+    let inside = std::net::SocketAddr::from((GATEWAY, API_PORT));
     tokio::select! {
         _ = shutdown => {}
+        Err(e) = context.world.expose(inside, api_addr) => {
+            tracing::error!(error = %e, "relaying the API into the node's namespace");
+        }
         () = endpoint.serve(context.dir.clone()) => {}
         () = heartbeat(&context) => {}
         () = pods(&context) => {}
     }
+}
+
+/// The kube-apiserver's address (on host loopback) and CA certificate (PEM), from the
+/// kubeconfig the agent was given.
+fn api_server(kubeconfig: &str) -> Result<(std::net::SocketAddr, String), Error> {
+    use base64::Engine;
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let cluster = kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| Error::Kubeconfig("no cluster".into()))?;
+    let server = cluster.server.as_deref().unwrap_or_default();
+    let addr = server
+        .strip_prefix("https://")
+        .and_then(|a| a.trim_end_matches('/').parse().ok())
+        .ok_or_else(|| {
+            Error::Kubeconfig(format!("server {server:?} is not https://<ip>:<port>"))
+        })?;
+    let ca = cluster
+        .certificate_authority_data
+        .as_deref()
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .and_then(|d| String::from_utf8(d).ok())
+        .ok_or_else(|| Error::Kubeconfig("no certificate-authority-data".into()))?;
+    Ok((addr, ca))
 }
 
 /// The Node's status as the agent reports it (also every heartbeat).

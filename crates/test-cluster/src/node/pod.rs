@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::probe::{self, Prober};
+use super::volumes::{self, Volumes};
 use super::{Context, now};
 use super::{crilog, env};
 use crate::netns::{GATEWAY, PodNetwork};
@@ -28,6 +29,11 @@ use crate::process::ManagedProcess;
 const POLL: Duration = Duration::from_millis(200);
 /// How soon a container whose configuration failed (a missing Secret) is tried again.
 const CONFIG_RETRY: Duration = Duration::from_secs(1);
+/// How often a running Pod's volumes are brought up to date (the kubelet: about a minute; tokens
+/// are requested anew each time, valid an hour).
+const VOLUME_REFRESH: Duration = Duration::from_secs(20);
+/// How long a postStart hook may take before it counts as failed.
+const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest crash-loop back-off, as the kubelet's.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -70,6 +76,8 @@ struct ContainerRun {
     /// The environment and working directory of the current run, for exec hooks.
     env: Vec<(OsString, OsString)>,
     cwd: PathBuf,
+    /// Whether the current run has a mount namespace of its own (exec hooks join it).
+    mount_ns: bool,
 }
 
 /// The probes of one container run, and a pending kill by a failed liveness or startup probe.
@@ -83,6 +91,11 @@ struct Probes {
 }
 
 impl ContainerRun {
+    /// Exited with 0 and not to run again (an init container that did its work).
+    fn completed(&self) -> bool {
+        self.restart_at.is_none() && matches!(self.state, State::Terminated { exit_code: 0, .. })
+    }
+
     /// Running and past its startup probe.
     fn started(&self) -> bool {
         matches!(self.state, State::Running { .. })
@@ -104,9 +117,18 @@ struct Worker {
     name: String,
     uid: String,
     net: Option<PodNetwork>,
+    /// The init containers (first, in order), then the app containers.
     containers: Vec<ContainerRun>,
+    init_count: usize,
     start_time: String,
     reported: Option<Value>,
+    /// The Pod's volumes, once they could all be prepared.
+    volumes: Option<Volumes>,
+    /// The last `FailedMount` message, and when preparing the volumes is tried again.
+    mount_error: Option<String>,
+    mount_retry: Instant,
+    /// When the volumes are next brought up to date with their sources.
+    volumes_refresh: Instant,
 }
 
 /// Runs the Pod `rx` carries until it is gone (`None`) or deleted.
@@ -133,16 +155,23 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         delete_now(&context, &namespace, &name, &uid).await;
         return;
     }
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.clone())
-        .unwrap_or_default()
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.unwrap_or_default();
+    let init_count = inits.len();
+    let containers = inits
         .into_iter()
-        .map(|spec| ContainerRun {
+        .chain(spec.containers)
+        .enumerate()
+        .map(|(i, spec)| ContainerRun {
             spec,
             state: State::Waiting {
-                reason: "ContainerCreating".into(),
+                // The kubelet's reason for app containers while init containers run.
+                reason: if i >= init_count && init_count > 0 {
+                    "PodInitializing"
+                } else {
+                    "ContainerCreating"
+                }
+                .into(),
                 message: String::new(),
             },
             last: None,
@@ -152,6 +181,7 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
             probes: Probes::default(),
             env: Vec::new(),
             cwd: PathBuf::new(),
+            mount_ns: false,
         })
         .collect();
     let mut worker = Worker {
@@ -162,8 +192,13 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         uid,
         net: None,
         containers,
+        init_count,
         start_time: now(),
         reported: None,
+        volumes: None,
+        mount_error: None,
+        mount_retry: Instant::now(),
+        volumes_refresh: Instant::now() + VOLUME_REFRESH,
     };
     worker.drive(&mut rx).await;
 }
@@ -196,14 +231,21 @@ impl Worker {
             }
         }
         let spec = self.pod.spec.as_ref();
-        let refused =
-            if spec.is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty())) {
-                Some("init containers are not supported by this node yet")
-            } else if spec.is_some_and(|s| s.host_network == Some(true)) {
-                Some("hostNetwork is not supported by this node yet")
-            } else {
-                None
-            };
+        let sidecar = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|i| {
+                i.iter()
+                    .any(|c| c.restart_policy.as_deref() == Some("Always"))
+            });
+        let refused = if sidecar {
+            Some(
+                "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet",
+            )
+        } else if spec.is_some_and(|s| s.host_network == Some(true)) {
+            Some("hostNetwork is not supported by this node yet")
+        } else {
+            None
+        };
         if let Some(message) = refused {
             let message = message.to_owned();
             for i in 0..self.containers.len() {
@@ -216,6 +258,12 @@ impl Worker {
         loop {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 self.terminate().await;
+                let volumes = self.pod_dir().join("volumes");
+                if let Err(e) = std::fs::remove_dir_all(&volumes)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(pod = %self.name, error = %e, "removing the pod's volumes");
+                }
                 delete_now(&self.context, &self.namespace, &self.name, &self.uid).await;
                 return;
             }
@@ -245,6 +293,17 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.restart_policy.clone())
             .unwrap_or_else(|| "Always".into());
+        if self.volumes.is_none() && self.net.is_some() {
+            self.mount_volumes().await;
+        } else if self.volumes.is_some()
+            && Instant::now() >= self.volumes_refresh
+            && self
+                .containers
+                .iter()
+                .any(|c| matches!(c.state, State::Running { .. }))
+        {
+            self.refresh_volumes().await;
+        }
         for i in 0..self.containers.len() {
             if let State::Running { process, started } = &mut self.containers[i].state
                 && let Some(status) = process.exited()
@@ -258,11 +317,18 @@ impl Worker {
                     started: started.clone(),
                     finished: now(),
                 };
+                let init = i < self.init_count;
                 let c = &mut self.containers[i];
                 c.state = state;
                 let failed =
                     matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0);
-                if policy == "Always" || (policy == "OnFailure" && failed) {
+                // An init container runs to completion: again only after a failure.
+                let restart = if init {
+                    failed && policy != "Never"
+                } else {
+                    policy == "Always" || (policy == "OnFailure" && failed)
+                };
+                if restart {
                     // The first restart is at once; then 10 s, doubling up to 5 minutes.
                     let backoff = if c.restarts == 0 {
                         Duration::ZERO
@@ -287,10 +353,15 @@ impl Worker {
                     }
                 }
             }
-            let due = self.containers[i]
-                .restart_at
-                .is_some_and(|at| at <= Instant::now());
-            if due && self.net.is_some() {
+            // Init containers one after the other, app containers once they all completed.
+            let turn = self.containers[..i.min(self.init_count)]
+                .iter()
+                .all(ContainerRun::completed);
+            let due = turn
+                && self.containers[i]
+                    .restart_at
+                    .is_some_and(|at| at <= Instant::now());
+            if due && self.net.is_some() && self.volumes.is_some() {
                 self.start_container(i).await;
             }
             self.probe(i).await;
@@ -312,9 +383,17 @@ impl Worker {
             .unwrap_or(30);
         let now = Instant::now();
         let mut events = Vec::new();
+        let Some(net) = self.net.as_ref() else {
+            return;
+        };
         let c = &mut self.containers[i];
         let State::Running { process, .. } = &mut c.state else {
             return;
+        };
+        let exec = probe::ExecIn {
+            net,
+            pid: process.pid(),
+            env: &c.env,
         };
         if let Some(at) = c.probes.kill_at {
             if at <= now {
@@ -326,7 +405,7 @@ impl Worker {
         let mut kill = None;
         if let Some(startup) = c.probes.startup.as_mut().filter(|p| !p.passing) {
             if startup.due(now)
-                && let Err(message) = startup.probe(&world, ip, &c.spec).await
+                && let Err(message) = startup.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Startup probe failed: {message}")));
                 if startup.failed() {
@@ -336,7 +415,7 @@ impl Worker {
         } else {
             if let Some(liveness) = c.probes.liveness.as_mut()
                 && liveness.due(now)
-                && let Err(message) = liveness.probe(&world, ip, &c.spec).await
+                && let Err(message) = liveness.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Liveness probe failed: {message}")));
                 if liveness.failed() {
@@ -345,7 +424,7 @@ impl Worker {
             }
             if let Some(readiness) = c.probes.readiness.as_mut()
                 && readiness.due(now)
-                && let Err(message) = readiness.probe(&world, ip, &c.spec).await
+                && let Err(message) = readiness.probe(&world, ip, &c.spec, &exec).await
             {
                 events.push(("Unhealthy", format!("Readiness probe failed: {message}")));
             }
@@ -390,7 +469,7 @@ impl Worker {
             self.wait(i, "ErrImagePull", message, &event).await;
             return;
         };
-        let cmd = match self.command(i, &executable).await {
+        let (cmd, mount_ns) = match self.command(i, &executable).await {
             Ok(cmd) => cmd,
             Err(message) => {
                 let event = format!("Error: {message}");
@@ -443,6 +522,7 @@ impl Worker {
                 c.ever_started = true;
                 c.env = env;
                 c.cwd = cwd;
+                c.mount_ns = mount_ns;
                 c.state = State::Running {
                     process,
                     started: now(),
@@ -454,6 +534,7 @@ impl Worker {
                     liveness: Prober::new(c.spec.liveness_probe.as_ref(), at),
                     kill_at: None,
                 };
+                self.post_start(i).await;
             }
             Err(e) => {
                 let message = e.to_string();
@@ -472,17 +553,32 @@ impl Worker {
         }
     }
 
+    /// Runs container `i`'s postStart hook, as the kubelet before it starts the next container;
+    /// if it fails the container is killed and its restart policy applies.
+    async fn post_start(&mut self, i: usize) {
+        let c = &self.containers[i];
+        let Some(hook) = c.spec.lifecycle.as_ref().and_then(|l| l.post_start.clone()) else {
+            return;
+        };
+        let deadline = Instant::now() + POST_START_TIMEOUT;
+        let Err(message) = self.run_hook(c, &hook, "PostStartHook", deadline).await else {
+            return;
+        };
+        let name = c.spec.name.clone();
+        self.event("Warning", "FailedPostStartHook", &message).await;
+        if let State::Running { process, .. } = &mut self.containers[i].state {
+            process.kill();
+        }
+        let message = format!("FailedPostStartHook: container {name} is killed");
+        self.event("Normal", "Killing", &message).await;
+    }
+
     /// The container's command line and environment: the image's executable stands in for the
     /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
     /// `command` and then `args` follow.
-    async fn command(&self, i: usize, executable: &Path) -> Result<Command, String> {
+    /// Also says whether the process gets a mount namespace of its own (volumes, `workingDir`).
+    async fn command(&self, i: usize, executable: &Path) -> Result<(Command, bool), String> {
         let spec = &self.containers[i].spec;
-        if spec.working_dir.is_some() {
-            return Err("workingDir is not supported by this node yet".into());
-        }
-        if spec.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-            return Err("volumes are not supported by this node yet".into());
-        }
         for p in [
             &spec.startup_probe,
             &spec.readiness_probe,
@@ -512,12 +608,93 @@ impl Worker {
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             )
             .env("HOSTNAME", &self.name)
+            .envs(api_env())
             .envs(vars);
         let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
             .with_extension("d");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        cmd.current_dir(dir);
-        Ok(cmd)
+        let volumes = self
+            .volumes
+            .as_ref()
+            .ok_or("the pod's volumes are not ready")?;
+        let scratch = self.pod_dir().join("mounts").join(&spec.name);
+        match volumes::plan(spec, volumes, &scratch, &dir)? {
+            Some(plan) => {
+                plan.apply(&mut cmd);
+                Ok((cmd, true))
+            }
+            None => {
+                cmd.current_dir(spec.working_dir.as_deref().map_or(dir.as_path(), Path::new));
+                Ok((cmd, false))
+            }
+        }
+    }
+
+    /// The Pod's directory under the agent's: container logs, volumes, mount points.
+    fn pod_dir(&self) -> PathBuf {
+        self.context
+            .dir
+            .join("pods")
+            .join(format!("{}_{}", self.namespace, self.name))
+    }
+
+    /// Brings the volumes up to date with their Secrets, ConfigMaps and tokens.
+    async fn refresh_volumes(&mut self) {
+        self.volumes_refresh = Instant::now() + VOLUME_REFRESH;
+        let Some(volumes) = &self.volumes else {
+            return;
+        };
+        let field = |path: &str| self.field(path);
+        let sources = volumes::Sources {
+            client: &self.context.client,
+            pod: &self.pod,
+            field: &field,
+            api_ca: &self.context.api_ca,
+            hosts: &self.context.spec.hosts,
+        };
+        if let Err(e) = volumes::refresh(&sources, volumes).await {
+            tracing::warn!(pod = %self.name, error = %e, "refreshing the pod's volumes");
+        }
+    }
+
+    /// Prepares the Pod's volumes (again every second while that fails, with a `FailedMount`
+    /// Event for each new reason; the containers wait in `ContainerCreating` meanwhile).
+    async fn mount_volumes(&mut self) {
+        if Instant::now() < self.mount_retry {
+            return;
+        }
+        self.mount_retry = Instant::now() + CONFIG_RETRY;
+        let field = |path: &str| self.field(path);
+        let sources = volumes::Sources {
+            client: &self.context.client,
+            pod: &self.pod,
+            field: &field,
+            api_ca: &self.context.api_ca,
+            hosts: &self.context.spec.hosts,
+        };
+        let prepared = volumes::prepare(&sources, &self.pod_dir().join("volumes")).await;
+        match prepared {
+            Ok(v) => {
+                self.volumes = Some(v);
+                self.mount_error = None;
+            }
+            Err(message) => {
+                // Not those waiting for another reason (refused, or for init containers).
+                for c in &mut self.containers {
+                    if matches!(&c.state, State::Waiting { reason, .. } if reason == "ContainerCreating")
+                    {
+                        c.state = State::Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: message.clone(),
+                        };
+                    }
+                }
+                if self.mount_error.as_ref() != Some(&message) {
+                    self.event("Warning", "FailedMount", &message).await;
+                    self.mount_error = Some(message);
+                }
+            }
+        }
     }
 
     /// A downward API field.
@@ -607,7 +784,7 @@ impl Worker {
             .filter(|c| matches!(c.state, State::Running { .. }))
             .filter_map(|c| {
                 let hook = c.spec.lifecycle.as_ref()?.pre_stop.as_ref()?;
-                Some(self.pre_stop(c, hook, deadline))
+                Some(self.run_hook(c, hook, "PreStopHook", deadline))
             })
             .collect();
         let failures: Vec<String> = futures::future::join_all(hooks)
@@ -623,7 +800,7 @@ impl Worker {
                 process.signal(Signal::SIGTERM);
             }
         }
-        if let Some(container) = self.containers.first() {
+        if let Some(container) = self.containers.get(self.init_count) {
             let message = format!("Stopping container {}", container.spec.name);
             self.event("Normal", "Killing", &message).await;
         }
@@ -644,11 +821,13 @@ impl Worker {
         }
     }
 
-    /// Runs container `c`'s preStop `hook` (sleep, exec, httpGet) until it ends or `deadline`.
-    async fn pre_stop(
+    /// Runs container `c`'s `hook` (sleep, exec, httpGet; `kind` names it in messages:
+    /// `PreStopHook`, `PostStartHook`) until it ends or `deadline`.
+    async fn run_hook(
         &self,
         c: &ContainerRun,
         hook: &LifecycleHandler,
+        kind: &str,
         deadline: Instant,
     ) -> Result<(), String> {
         let name = &c.spec.name;
@@ -661,11 +840,18 @@ impl Worker {
         } else if let Some(exec) = &hook.exec {
             let argv = exec.command.clone().unwrap_or_default();
             let Some((program, args)) = argv.split_first() else {
-                return Err(format!(
-                    "PreStopHook for container {name}: empty exec command"
-                ));
+                return Err(format!("{kind} for container {name}: empty exec command"));
             };
-            let mut cmd = Command::new(program);
+            let mut cmd = match &c.state {
+                // In the container's mount namespace, root and working directory.
+                State::Running { process, .. } if c.mount_ns => {
+                    let mut cmd = Command::new("nsenter");
+                    cmd.arg(format!("--target={}", process.pid()))
+                        .args(["--mount", "--root", "--wd", "--", program]);
+                    cmd
+                }
+                _ => Command::new(program),
+            };
             cmd.args(args).env_clear().envs(c.env.iter().cloned());
             if !c.cwd.as_os_str().is_empty() {
                 cmd.current_dir(&c.cwd);
@@ -674,23 +860,23 @@ impl Worker {
             let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
             let mut process = net
                 .spawn_piped(
-                    &format!("{}/{}/{name}/preStop", self.namespace, self.name),
+                    &format!("{}/{}/{name}/{kind}", self.namespace, self.name),
                     cmd,
                     &log,
                 )
                 .and_then(|mut p| crilog::capture(&mut p, &log).map(|()| p))
-                .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))?;
+                .map_err(|e| format!("{kind} for container {name} failed: {e}"))?;
             loop {
                 if let Some(status) = process.exited() {
                     return if status.success() {
                         Ok(())
                     } else {
-                        Err(format!("PreStopHook for container {name} failed: {status}"))
+                        Err(format!("{kind} for container {name} failed: {status}"))
                     };
                 }
                 if tokio::time::Instant::now() >= deadline {
                     return Err(format!(
-                        "PreStopHook for container {name} did not finish in the grace period"
+                        "{kind} for container {name} did not finish in time"
                     ));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -710,13 +896,11 @@ impl Worker {
                 probe::once(&self.context.world, ip, &c.spec, &probe),
             )
             .await
-            .map_err(|_| {
-                format!("PreStopHook for container {name} did not finish in the grace period")
-            })?
-            .map_err(|e| format!("PreStopHook for container {name} failed: {e}"))
+            .map_err(|_| format!("{kind} for container {name} did not finish in time"))?
+            .map_err(|e| format!("{kind} for container {name} failed: {e}"))
         } else {
             Err(format!(
-                "PreStopHook for container {name}: tcpSocket hooks are not supported"
+                "{kind} for container {name}: tcpSocket hooks are not supported"
             ))
         }
     }
@@ -747,24 +931,33 @@ impl Worker {
             .as_ref()
             .and_then(|s| s.restart_policy.as_deref())
             .unwrap_or("Always");
-        let all_ready =
-            !self.containers.is_empty() && self.containers.iter().all(ContainerRun::ready);
-        let terminated: Vec<i32> = self
-            .containers
+        let (inits, apps) = self.containers.split_at(self.init_count);
+        let initialized = inits.iter().all(ContainerRun::completed);
+        // An init container that failed and will not run again fails the Pod.
+        let init_failed = inits.iter().any(|c| {
+            c.restart_at.is_none()
+                && matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0)
+        });
+        let all_ready = initialized && !apps.is_empty() && apps.iter().all(ContainerRun::ready);
+        let terminated: Vec<i32> = apps
             .iter()
             .filter_map(|c| match c.state {
                 State::Terminated { exit_code, .. } if c.restart_at.is_none() => Some(exit_code),
                 _ => None,
             })
             .collect();
-        let all_done = !self.containers.is_empty() && terminated.len() == self.containers.len();
-        let phase = if all_done && policy != "Always" {
+        let all_done = !apps.is_empty() && terminated.len() == apps.len();
+        let phase = if init_failed {
+            "Failed"
+        } else if !initialized {
+            "Pending"
+        } else if all_done && policy != "Always" {
             if terminated.iter().all(|code| *code == 0) {
                 "Succeeded"
             } else {
                 "Failed"
             }
-        } else if self.containers.iter().any(|c| c.ever_started) {
+        } else if apps.iter().any(|c| c.ever_started) {
             "Running"
         } else {
             "Pending"
@@ -774,26 +967,27 @@ impl Worker {
                    "lastTransitionTime": self.start_time})
         };
         let ip = self.pod_ip();
-        let statuses: Vec<Value> = self
-            .containers
-            .iter()
-            .map(|c| {
-                let mut s = json!({
-                    "name": c.spec.name,
-                    "image": c.spec.image.clone().unwrap_or_default(),
-                    "imageID": "",
-                    "ready": c.ready(),
-                    "started": c.started(),
-                    "restartCount": c.restarts,
-                    "state": state_json(&c.state),
-                    "lastState": c.last.clone().unwrap_or_else(|| json!({})),
-                });
-                if let State::Running { process, .. } = &c.state {
-                    s["containerID"] = json!(format!("process://{}", process.pid()));
-                }
-                s
-            })
-            .collect();
+        let statuses = |containers: &[ContainerRun]| -> Vec<Value> {
+            containers
+                .iter()
+                .map(|c| {
+                    let mut s = json!({
+                        "name": c.spec.name,
+                        "image": c.spec.image.clone().unwrap_or_default(),
+                        "imageID": "",
+                        "ready": c.ready(),
+                        "started": c.started(),
+                        "restartCount": c.restarts,
+                        "state": state_json(&c.state),
+                        "lastState": c.last.clone().unwrap_or_else(|| json!({})),
+                    });
+                    if let State::Running { process, .. } = &c.state {
+                        s["containerID"] = json!(format!("process://{}", process.pid()));
+                    }
+                    s
+                })
+                .collect()
+        };
         let mut status = json!({
             "phase": phase,
             "hostIP": GATEWAY.to_string(),
@@ -801,13 +995,16 @@ impl Worker {
             "startTime": self.start_time,
             "conditions": [
                 condition("PodReadyToStartContainers", self.net.is_some()),
-                condition("Initialized", true),
+                condition("Initialized", initialized),
                 condition("Ready", all_ready),
                 condition("ContainersReady", all_ready),
                 condition("PodScheduled", true),
             ],
-            "containerStatuses": statuses,
+            "containerStatuses": statuses(apps),
         });
+        if !inits.is_empty() {
+            status["initContainerStatuses"] = json!(statuses(inits));
+        }
         if !ip.is_empty() {
             status["podIP"] = json!(ip);
             status["podIPs"] = json!([{ "ip": ip }]);
@@ -861,6 +1058,23 @@ fn state_json(state: &State) -> Value {
             json!({ "terminated": t })
         }
     }
+}
+
+/// The `kubernetes` Service's variables the kubelet gives every container; they point at the
+/// API relayed into the node's namespace.
+fn api_env() -> Vec<(String, String)> {
+    let (host, port) = (GATEWAY.to_string(), super::API_PORT);
+    let url = format!("tcp://{host}:{port}");
+    vec![
+        ("KUBERNETES_SERVICE_HOST".into(), host.clone()),
+        ("KUBERNETES_SERVICE_PORT".into(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.to_string()),
+        ("KUBERNETES_PORT".into(), url.clone()),
+        (format!("KUBERNETES_PORT_{port}_TCP"), url),
+        (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".into()),
+        (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
+        (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
+    ]
 }
 
 /// Removes the Pod object now that its containers are gone (grace 0, this very Pod only).

@@ -1,6 +1,7 @@
 //! Container probes as the kubelet runs them: `httpGet` (HTTP) and `tcpSocket`, from the node's
-//! side of the bridge (the private namespace) to the Pod's address, with the kubelet's timing
-//! (`initialDelaySeconds`, `periodSeconds`, `timeoutSeconds`) and thresholds.
+//! side of the bridge (the private namespace) to the Pod's address, and `exec` (the command run
+//! in the container's namespaces), with the kubelet's timing (`initialDelaySeconds`,
+//! `periodSeconds`, `timeoutSeconds`) and thresholds.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -9,7 +10,52 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::netns::World;
+use crate::netns::{PodNetwork, World};
+
+/// Where an `exec` probe or hook runs: the container's process (whose mount namespace, root and
+/// working directory it joins), its Pod's network namespace and the container's environment.
+pub(super) struct ExecIn<'a> {
+    pub net: &'a PodNetwork,
+    pub pid: u32,
+    pub env: &'a [(std::ffi::OsString, std::ffi::OsString)],
+}
+
+impl ExecIn<'_> {
+    /// Runs `argv` in the container; `Err` carries the exit status and output. Dropping the
+    /// future kills the command (a probe's timeout).
+    pub(super) async fn run(&self, argv: &[String]) -> Result<(), String> {
+        if argv.is_empty() {
+            return Err("empty exec command".into());
+        }
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--target={}", self.pid))
+            .args(["--mount", "--root", "--wd", "--"])
+            .args(argv)
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        self.net.enter(&mut cmd);
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| format!("running {argv:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+            output.push_str(&String::from_utf8_lossy(&out.stderr));
+            Err(format!(
+                "command {argv:?} exited with {}: {}",
+                out.status.code().unwrap_or(-1),
+                output.trim()
+            ))
+        }
+    }
+}
 
 /// One probe of one container run, with its consecutive results.
 pub(super) struct Prober {
@@ -45,14 +91,21 @@ impl Prober {
         world: &World,
         pod_ip: Ipv4Addr,
         container: &Container,
+        exec: &ExecIn<'_>,
     ) -> Result<(), String> {
         let period = self.spec.period_seconds.unwrap_or(10).max(1) as u64;
         let timeout = Duration::from_secs(self.spec.timeout_seconds.unwrap_or(1).max(1) as u64);
-        let result =
-            match tokio::time::timeout(timeout, once(world, pod_ip, container, &self.spec)).await {
-                Ok(result) => result,
-                Err(_) => Err(format!("timeout after {timeout:?}")),
-            };
+        let result = match tokio::time::timeout(timeout, async {
+            match &self.spec.exec {
+                Some(e) => exec.run(e.command.as_deref().unwrap_or_default()).await,
+                None => once(world, pod_ip, container, &self.spec).await,
+            }
+        })
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(format!("timeout after {timeout:?}")),
+        };
         self.next = Instant::now() + Duration::from_secs(period);
         if result.is_ok() {
             self.failures = 0;
@@ -84,7 +137,7 @@ impl Prober {
 /// Why this node cannot run `probe`, if it cannot (checked before a container starts).
 pub(super) fn unsupported(probe: &Probe) -> Option<String> {
     if probe.exec.is_some() {
-        return Some("exec probes are not supported by this node yet".into());
+        return None;
     }
     if probe.grpc.is_some() {
         return Some("grpc probes are not supported by this node yet".into());
@@ -98,7 +151,7 @@ pub(super) fn unsupported(probe: &Probe) -> Option<String> {
         return Some("httpGet probes over HTTPS are not supported by this node yet".into());
     }
     if probe.http_get.is_none() && probe.tcp_socket.is_none() {
-        return Some("a probe needs httpGet or tcpSocket".into());
+        return Some("a probe needs httpGet, tcpSocket or exec".into());
     }
     None
 }

@@ -1,0 +1,864 @@
+//! A Pod's volumes and a container's mounts.
+//!
+//! [`prepare`] writes every volume of a Pod into a directory of its own under the Pod's state
+//! directory: Secret, ConfigMap and downwardAPI volumes, projected volumes (Secrets, ConfigMaps,
+//! the downward API, ServiceAccount tokens from the TokenRequest API bound to the Pod) and
+//! emptyDirs. [`plan`] turns a container's `volumeMounts` and `workingDir` into the steps its
+//! process takes between fork and exec ([`MountPlan::apply`]): a mount namespace of its own
+//! (`unshare(CLONE_NEWNS)`, `/` made recursively private), then bind mounts of the volume
+//! directories, so the host's mount table never changes.
+//!
+//! A `mountPath` (or `workingDir`) that does not exist on the host is not created on the host.
+//! Its nearest existing ancestor `A` is shadowed instead: a harness-owned directory `S` gets an
+//! entry for each entry of `A` (a recursive bind mount of each directory, a bind mount of each
+//! file, a copy of each symlink) plus the missing directories, and `S` is bind-mounted over `A`
+//! (for `A = /` the process `chroot`s into `S`). So the container sees every host file it would
+//! have seen, and the new mount point; the host sees nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+    VolumeMount,
+};
+use kube::Api;
+use kube::api::PostParams;
+use nix::mount::MsFlags;
+
+/// The mode of a projected file when the volume sets none (the API's default, 0644).
+const DEFAULT_MODE: i32 = 0o644;
+
+/// Where the ServiceAccount's token, `ca.crt` and `namespace` are mounted, as the
+/// ServiceAccount admission plugin would mount its `kube-api-access-*` volume.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The node's own volumes, named so no Pod volume (a DNS label) can take their names.
+const API_ACCESS: &str = "kube-api-access:node";
+const ETC_HOSTS: &str = "etc-hosts:node";
+
+/// A Pod's prepared volumes: volume name → its directory on the host.
+pub(super) struct Volumes {
+    volumes: BTreeMap<String, Prepared>,
+    /// Mounts every container gets unless it mounts something at that path itself:
+    /// (mountPath, volume, subPath).
+    implicit: Vec<(&'static str, &'static str, &'static str)>,
+}
+
+struct Prepared {
+    dir: PathBuf,
+    /// Secret, ConfigMap, downwardAPI and projected volumes are always mounted read-only.
+    read_only: bool,
+}
+
+/// One file of a volume: its path in the volume, content and mode.
+struct VolumeFile {
+    path: String,
+    data: Vec<u8>,
+    mode: i32,
+}
+
+/// What the Pod's volumes are made of, read from the API.
+pub(super) struct Sources<'a> {
+    pub client: &'a kube::Client,
+    pub pod: &'a Pod,
+    /// A downward API `fieldRef` (as for environment variables).
+    pub field: &'a (dyn Fn(&str) -> Result<String, String> + Sync),
+    /// The cluster's CA certificate (PEM), for the ServiceAccount's `ca.crt`.
+    pub api_ca: &'a str,
+    /// The node's extra `/etc/hosts` entries.
+    pub hosts: &'a BTreeMap<String, std::net::IpAddr>,
+}
+
+/// Writes every volume of the Pod under `root` (`root/<volume>`), replacing what an earlier
+/// Pod of the same name left. The error is the kubelet's `FailedMount` message.
+pub(super) async fn prepare(sources: &Sources<'_>, root: &Path) -> Result<Volumes, String> {
+    let (contents, automounted) = contents(sources).await?;
+    let mut volumes = BTreeMap::new();
+    for (name, files, read_only) in contents {
+        let dir = root.join(&name);
+        let written = match &files {
+            Some(files) => write_volume(&dir, files),
+            None => write_volume(&dir, &[]),
+        };
+        written.map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
+        volumes.insert(name, Prepared { dir, read_only });
+    }
+    let mut implicit = Vec::new();
+    if automounted {
+        implicit.push((SERVICE_ACCOUNT_DIR, API_ACCESS, ""));
+    }
+    implicit.push(("/etc/hosts", ETC_HOSTS, "hosts"));
+    Ok(Volumes { volumes, implicit })
+}
+
+/// Brings the prepared volumes up to date with their sources (a changed Secret or ConfigMap, a
+/// fresh token), file by file in place, so directory mounts see the change (a `subPath` mount
+/// keeps the file it mounted, as with the kubelet). On error nothing is changed.
+pub(super) async fn refresh(sources: &Sources<'_>, volumes: &Volumes) -> Result<(), String> {
+    let (contents, _) = contents(sources).await?;
+    for (name, files, _) in contents {
+        if let (Some(files), Some(prepared)) = (files, volumes.volumes.get(&name)) {
+            update_volume(&prepared.dir, &files)
+                .map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every volume's files (`None` for an emptyDir) and whether it is read-only, the node's own
+/// (`/etc/hosts`, the ServiceAccount's files) included; and whether the latter are mounted.
+#[allow(clippy::type_complexity)]
+async fn contents(
+    sources: &Sources<'_>,
+) -> Result<(Vec<(String, Option<Vec<VolumeFile>>, bool)>, bool), String> {
+    let mut contents = Vec::new();
+    let declared = sources
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    for volume in &declared {
+        let files = render(sources, volume).await.map_err(|e| {
+            format!(
+                "MountVolume.SetUp failed for volume {:?} : {e}",
+                volume.name
+            )
+        })?;
+        let read_only = files.is_some();
+        contents.push((volume.name.clone(), files, read_only));
+    }
+    let automounted = automount(sources).await?;
+    if automounted {
+        let failed =
+            |e: String| format!("MountVolume.SetUp failed for volume {API_ACCESS:?} : {e}");
+        let token = token(sources, None, None).await.map_err(failed)?;
+        let namespace = sources.pod.metadata.namespace.clone().unwrap_or_default();
+        let file = |path: &str, data: String| VolumeFile {
+            path: path.to_owned(),
+            data: data.into_bytes(),
+            mode: DEFAULT_MODE,
+        };
+        let files = vec![
+            file("token", token),
+            file("ca.crt", sources.api_ca.to_owned()),
+            file("namespace", namespace),
+        ];
+        contents.push((API_ACCESS.to_owned(), Some(files), true));
+    }
+    contents.push((ETC_HOSTS.to_owned(), Some(vec![etc_hosts(sources)?]), false));
+    Ok((contents, automounted))
+}
+
+/// Whether the Pod gets its ServiceAccount's token: the Pod's `automountServiceAccountToken`,
+/// else the ServiceAccount's, else yes.
+async fn automount(sources: &Sources<'_>) -> Result<bool, String> {
+    let spec = sources.pod.spec.as_ref();
+    if let Some(automount) = spec.and_then(|s| s.automount_service_account_token) {
+        return Ok(automount);
+    }
+    let namespace = sources
+        .pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default();
+    let account = spec
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let api: Api<ServiceAccount> = Api::namespaced(sources.client.clone(), namespace);
+    match api.get_opt(&account).await {
+        Ok(Some(sa)) => Ok(sa.automount_service_account_token.unwrap_or(true)),
+        Ok(None) => Err(format!(
+            "MountVolume.SetUp failed for volume {API_ACCESS:?} : serviceaccount {account:?} not found"
+        )),
+        Err(e) => Err(format!("reading serviceaccount {account:?}: {e}")),
+    }
+}
+
+/// The Pod's `/etc/hosts`: localhost, the Pod's own name on its address, the node's entries.
+fn etc_hosts(sources: &Sources<'_>) -> Result<VolumeFile, String> {
+    let ip = (sources.field)("status.podIP")?;
+    let name = sources.pod.metadata.name.clone().unwrap_or_default();
+    let mut hosts = format!(
+        "# Kubernetes-managed hosts file (kube-tenancy test node).\n\
+         127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{ip}\t{name}\n"
+    );
+    for (host, address) in sources.hosts {
+        hosts.push_str(&format!("{address}\t{host}\n"));
+    }
+    Ok(VolumeFile {
+        path: "hosts".into(),
+        data: hosts.into_bytes(),
+        mode: DEFAULT_MODE,
+    })
+}
+
+/// A volume's files, or `None` for an emptyDir.
+async fn render(sources: &Sources<'_>, volume: &Volume) -> Result<Option<Vec<VolumeFile>>, String> {
+    if volume.empty_dir.is_some() {
+        return Ok(None);
+    }
+    let mut files = Vec::new();
+    if let Some(s) = &volume.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        let mode = s.default_mode.unwrap_or(DEFAULT_MODE);
+        let data = secret(sources, &name, s.optional.unwrap_or(false)).await?;
+        project(
+            &mut files,
+            data,
+            s.items.as_deref(),
+            mode,
+            "secret",
+            s.optional,
+        )?;
+    } else if let Some(c) = &volume.config_map {
+        let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
+        let data = config_map(sources, &c.name, c.optional.unwrap_or(false)).await?;
+        project(
+            &mut files,
+            data,
+            c.items.as_deref(),
+            mode,
+            "configmap",
+            c.optional,
+        )?;
+    } else if let Some(d) = &volume.downward_api {
+        let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
+        downward(
+            &mut files,
+            sources,
+            d.items.as_deref().unwrap_or_default(),
+            mode,
+        )?;
+    } else if let Some(p) = &volume.projected {
+        let mode = p.default_mode.unwrap_or(DEFAULT_MODE);
+        for source in p.sources.iter().flatten() {
+            if let Some(s) = &source.secret {
+                let data = secret(sources, &s.name, s.optional.unwrap_or(false)).await?;
+                project(
+                    &mut files,
+                    data,
+                    s.items.as_deref(),
+                    mode,
+                    "secret",
+                    s.optional,
+                )?;
+            } else if let Some(c) = &source.config_map {
+                let data = config_map(sources, &c.name, c.optional.unwrap_or(false)).await?;
+                project(
+                    &mut files,
+                    data,
+                    c.items.as_deref(),
+                    mode,
+                    "configmap",
+                    c.optional,
+                )?;
+            } else if let Some(d) = &source.downward_api {
+                downward(
+                    &mut files,
+                    sources,
+                    d.items.as_deref().unwrap_or_default(),
+                    mode,
+                )?;
+            } else if let Some(t) = &source.service_account_token {
+                let token = token(sources, t.audience.as_deref(), t.expiration_seconds).await?;
+                files.push(VolumeFile {
+                    path: t.path.clone(),
+                    data: token.into_bytes(),
+                    mode,
+                });
+            } else {
+                return Err(
+                    "a projected source other than secret, configMap, downwardAPI and \
+                            serviceAccountToken is not supported by this node"
+                        .into(),
+                );
+            }
+        }
+    } else {
+        return Err(
+            "only secret, configMap, downwardAPI, projected and emptyDir volumes are \
+                    supported by this node"
+                .into(),
+        );
+    }
+    Ok(Some(files))
+}
+
+async fn secret(
+    sources: &Sources<'_>,
+    name: &str,
+    optional: bool,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    let namespace = sources
+        .pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(sources.client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(secret)) => Ok(Some(
+            secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+        )),
+        Ok(None) if optional => Ok(None),
+        Ok(None) => Err(format!("secret {name:?} not found")),
+        Err(e) => Err(format!("reading secret {name:?}: {e}")),
+    }
+}
+
+async fn config_map(
+    sources: &Sources<'_>,
+    name: &str,
+    optional: bool,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    let namespace = sources
+        .pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(sources.client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(cm)) => {
+            let mut data: BTreeMap<String, Vec<u8>> = cm
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect();
+            data.extend(
+                cm.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
+            Ok(Some(data))
+        }
+        Ok(None) if optional => Ok(None),
+        Ok(None) => Err(format!("configmap {name:?} not found")),
+        Err(e) => Err(format!("reading configmap {name:?}: {e}")),
+    }
+}
+
+/// The keys of a Secret or ConfigMap as files: all of them, or the `items` (a missing key is
+/// an error unless the source is optional). A missing optional source projects nothing.
+fn project(
+    files: &mut Vec<VolumeFile>,
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    items: Option<&[KeyToPath]>,
+    mode: i32,
+    kind: &str,
+    optional: Option<bool>,
+) -> Result<(), String> {
+    let Some(mut data) = data else {
+        return Ok(());
+    };
+    match items {
+        None => files.extend(
+            data.into_iter()
+                .map(|(path, data)| VolumeFile { path, data, mode }),
+        ),
+        Some(items) => {
+            for item in items {
+                match data.remove(&item.key) {
+                    Some(data) => files.push(VolumeFile {
+                        path: item.path.clone(),
+                        data,
+                        mode: item.mode.unwrap_or(mode),
+                    }),
+                    None if optional.unwrap_or(false) => {}
+                    None => {
+                        return Err(format!(
+                            "{kind} references non-existent config key: {}",
+                            item.key
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn downward(
+    files: &mut Vec<VolumeFile>,
+    sources: &Sources<'_>,
+    items: &[DownwardAPIVolumeFile],
+    mode: i32,
+) -> Result<(), String> {
+    let meta = &sources.pod.metadata;
+    let map = |m: &Option<BTreeMap<String, String>>| {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}\n"))
+            .collect::<String>()
+    };
+    for item in items {
+        let Some(f) = &item.field_ref else {
+            return Err(format!(
+                "downwardAPI {}: resourceFieldRef is not supported by this node",
+                item.path
+            ));
+        };
+        let value = match f.field_path.as_str() {
+            "metadata.labels" => map(&meta.labels),
+            "metadata.annotations" => map(&meta.annotations),
+            path => (sources.field)(path)?,
+        };
+        files.push(VolumeFile {
+            path: item.path.clone(),
+            data: value.into_bytes(),
+            mode: item.mode.unwrap_or(mode),
+        });
+    }
+    Ok(())
+}
+
+/// A token for the Pod's ServiceAccount, bound to the Pod (TokenRequest API).
+async fn token(
+    sources: &Sources<'_>,
+    audience: Option<&str>,
+    expiration: Option<i64>,
+) -> Result<String, String> {
+    let pod = sources.pod;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let named = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|n| !n.is_empty());
+    // The apiserver binds a token to a Pod only if the Pod names the account; with the
+    // ServiceAccount admission plugin off, a Pod that names none gets `default`'s token unbound.
+    let bound = named.is_some().then(|| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+    });
+    let account = named.unwrap_or_else(|| "default".into());
+    let api: Api<ServiceAccount> = Api::namespaced(sources.client.clone(), namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(audience.map(|a| vec![a.to_owned()]).unwrap_or_default()),
+            expiration_seconds: Some(expiration.unwrap_or(3600)),
+            bound_object_ref: bound,
+        }),
+        ..TokenRequest::default()
+    };
+    let created = api
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("requesting a token for serviceaccount {account:?}: {e}"))?;
+    created
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| format!("the token request for serviceaccount {account:?} has no token"))
+}
+
+/// Writes `files` into a fresh `dir`.
+fn write_volume(dir: &Path, files: &[VolumeFile]) -> Result<(), String> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    update_volume(dir, files)
+}
+
+/// Makes `dir` hold exactly `files`: each changed file replaced by a rename (a reader sees the
+/// old or the new content), files no longer projected removed.
+fn update_volume(dir: &Path, files: &[VolumeFile]) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let mut keep = BTreeSet::new();
+    for file in files {
+        let relative = relative(&file.path).ok_or_else(|| {
+            format!(
+                "path {:?} must be relative and may not contain '..'",
+                file.path
+            )
+        })?;
+        let path = dir.join(relative);
+        keep.insert(path.clone());
+        let mode = (file.mode & 0o777) as u32;
+        let same = std::fs::read(&path).is_ok_and(|d| d == file.data)
+            && std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o777 == mode);
+        if same {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let temp = path.with_file_name(format!("..{name}.tmp"));
+        std::fs::write(&temp, &file.data).map_err(|e| io(&temp, e))?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io(&temp, e))?;
+        std::fs::rename(&temp, &path).map_err(|e| io(&path, e))?;
+    }
+    remove_others(dir, &keep).map_err(|e| io(dir, e))
+}
+
+/// Removes the files under `dir` that are not in `keep` (directories stay).
+fn remove_others(dir: &Path, keep: &BTreeSet<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            remove_others(&path, keep)?;
+        } else if !keep.contains(&path) {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// `path` as a relative path of normal components only.
+fn relative(path: &str) -> Option<&Path> {
+    let p = Path::new(path);
+    (!path.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))).then_some(p)
+}
+
+/// An absolute path of normal components only (a `mountPath` or `workingDir`).
+fn absolute(path: &str) -> Option<PathBuf> {
+    let p = Path::new(path);
+    let mut components = p.components();
+    (components.next() == Some(Component::RootDir)
+        && components.all(|c| matches!(c, Component::Normal(_)) || c == Component::CurDir))
+    .then(|| p.components().collect())
+}
+
+/// One mount step in the container's new mount namespace.
+enum Op {
+    Bind {
+        source: CString,
+        target: CString,
+        recursive: bool,
+    },
+    ReadOnly {
+        target: CString,
+    },
+}
+
+/// What a container's process does between fork and exec to see its volumes.
+pub(super) struct MountPlan {
+    /// Shadows of missing mount points' ancestors, deepest first.
+    shadows: Vec<Op>,
+    /// The shadow of `/`, to chroot into.
+    chroot: Option<CString>,
+    /// The volumes, outermost first.
+    mounts: Vec<Op>,
+    workdir: CString,
+}
+
+/// A shadow of an existing host directory that lacks some mount points.
+struct Shadow {
+    dir: PathBuf,
+    /// The entries it adds to the directory it shadows.
+    added: BTreeSet<std::ffi::OsString>,
+}
+
+/// The mounts of `container` over `volumes`; `scratch` is the container's own directory for
+/// shadows (emptied first), `default_cwd` its working directory when it sets none. `None` when
+/// the container needs no mount namespace (no mounts, and a `workingDir` that exists, if any):
+/// the caller sets the working directory itself.
+pub(super) fn plan(
+    container: &Container,
+    volumes: &Volumes,
+    scratch: &Path,
+    default_cwd: &Path,
+) -> Result<Option<MountPlan>, String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let mut mounts = container.volume_mounts.clone().unwrap_or_default();
+    for (path, volume, sub_path) in &volumes.implicit {
+        if !mounts
+            .iter()
+            .any(|m| Path::new(&m.mount_path) == Path::new(path))
+        {
+            mounts.push(VolumeMount {
+                name: (*volume).to_owned(),
+                mount_path: (*path).to_owned(),
+                sub_path: Some((*sub_path).to_owned()).filter(|s| !s.is_empty()),
+                ..VolumeMount::default()
+            });
+        }
+    }
+    let workdir = match &container.working_dir {
+        Some(w) => Some(
+            absolute(w)
+                .ok_or_else(|| format!("workingDir {w:?} must be an absolute path without '..'"))?,
+        ),
+        None => None,
+    };
+    if mounts.is_empty() && workdir.as_ref().is_none_or(|w| w.is_dir()) {
+        return Ok(None);
+    }
+    if scratch.exists() {
+        std::fs::remove_dir_all(scratch).map_err(|e| io(scratch, e))?;
+    }
+    std::fs::create_dir_all(scratch).map_err(|e| io(scratch, e))?;
+    let mut placed: Vec<(PathBuf, PathBuf)> = Vec::new(); // mountPath → the real source
+    let mut shadows: BTreeMap<PathBuf, Shadow> = BTreeMap::new();
+    let mut ops = Vec::new();
+    let mut sorted: Vec<_> = mounts.iter().collect();
+    sorted.sort_by_key(|m| Path::new(&m.mount_path).components().count());
+    for m in sorted {
+        let target = absolute(&m.mount_path)
+            .filter(|t| t != Path::new("/"))
+            .ok_or_else(|| {
+                format!(
+                    "mountPath {:?} must be an absolute path below / without '..'",
+                    m.mount_path
+                )
+            })?;
+        if placed.iter().any(|(t, _)| *t == target) {
+            return Err(format!("mountPath {:?} is used twice", m.mount_path));
+        }
+        let volume = volumes
+            .volumes
+            .get(&m.name)
+            .ok_or_else(|| format!("volumeMount {:?}: the Pod has no such volume", m.name))?;
+        let (source, is_dir) = open_source(volume, m.sub_path.as_deref().unwrap_or(""))?;
+        mount_point(&target, is_dir, &placed, &mut shadows, scratch)?;
+        let target_c = c_path(&target)?;
+        ops.push(Op::Bind {
+            source: c_path(&source)?,
+            target: target_c.clone(),
+            recursive: false,
+        });
+        if volume.read_only || m.read_only == Some(true) {
+            ops.push(Op::ReadOnly { target: target_c });
+        }
+        placed.push((target, source));
+    }
+    let workdir = match workdir {
+        Some(w) => {
+            mount_point(&w, true, &placed, &mut shadows, scratch)?;
+            w
+        }
+        None => default_cwd.to_owned(),
+    };
+    // Deepest first: a shallower shadow's bind of an entry then carries the deeper shadow.
+    let mut shadow_ops = Vec::new();
+    let mut chroot = None;
+    let mut order: Vec<_> = shadows.into_iter().collect();
+    order.sort_by_key(|(a, _)| std::cmp::Reverse(a.components().count()));
+    for (host, shadow) in order {
+        mirror(&host, &shadow, &mut shadow_ops)?;
+        if host == Path::new("/") {
+            chroot = Some(c_path(&shadow.dir)?);
+        } else {
+            shadow_ops.push(Op::Bind {
+                source: c_path(&shadow.dir)?,
+                target: c_path(&host)?,
+                recursive: true,
+            });
+        }
+    }
+    Ok(Some(MountPlan {
+        shadows: shadow_ops,
+        chroot,
+        mounts: ops,
+        workdir: c_path(&workdir)?,
+    }))
+}
+
+/// The directory (or file) a mount takes from `volume`, with symlinks resolved: its
+/// `sub_path`, created if missing as the kubelet does, and refused if it resolves outside the
+/// volume. (The source cannot be passed on as an open descriptor: a bind mount's source must be
+/// in the mount namespace doing the mount. A symlink swapped in between this check and the
+/// mount is not caught; a container here runs as root on the host anyway.)
+fn open_source(volume: &Prepared, sub_path: &str) -> Result<(PathBuf, bool), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let root = volume.dir.canonicalize().map_err(|e| io(&volume.dir, e))?;
+    let path = if sub_path.is_empty() {
+        root.clone()
+    } else {
+        let rel = relative(sub_path)
+            .ok_or_else(|| format!("subPath {sub_path:?} must be a relative path without '..'"))?;
+        let path = root.join(rel);
+        if std::fs::symlink_metadata(&path).is_err() {
+            std::fs::create_dir_all(&path).map_err(|e| io(&path, e))?;
+        }
+        path
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_PATH.bits())
+        .open(&path)
+        .map_err(|e| io(&path, e))?;
+    let fd_link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let real = std::fs::read_link(&fd_link).map_err(|e| io(&fd_link, e))?;
+    if !real.starts_with(&root) {
+        return Err(format!(
+            "failed to prepare subPath {sub_path:?}: it resolves to {}, outside its volume",
+            real.display()
+        ));
+    }
+    let is_dir = file.metadata().is_ok_and(|m| m.is_dir());
+    Ok((real, is_dir))
+}
+
+/// Makes sure `target` can be mounted on (a directory, or a file for a file source): inside an
+/// earlier mount's source, in a shadow of its nearest existing host ancestor, or as it is.
+fn mount_point(
+    target: &Path,
+    is_dir: bool,
+    placed: &[(PathBuf, PathBuf)],
+    shadows: &mut BTreeMap<PathBuf, Shadow>,
+    scratch: &Path,
+) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let create = |path: &Path| -> Result<(), String> {
+        if is_dir {
+            std::fs::create_dir_all(path).map_err(|e| io(path, e))
+        } else {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+            File::create(path).map(drop).map_err(|e| io(path, e))
+        }
+    };
+    let inside = placed
+        .iter()
+        .filter(|(t, _)| target.starts_with(t))
+        .max_by_key(|(t, _)| t.components().count());
+    if let Some((outer, source)) = inside {
+        let at = source.join(target.strip_prefix(outer).expect("a prefix"));
+        if std::fs::symlink_metadata(&at).is_err() {
+            create(&at)?;
+        }
+        return Ok(());
+    }
+    if target.exists() {
+        return Ok(());
+    }
+    let mut ancestor = target.parent().unwrap_or(Path::new("/"));
+    while !ancestor.exists() {
+        ancestor = ancestor.parent().unwrap_or(Path::new("/"));
+    }
+    let missing = target.strip_prefix(ancestor).expect("an ancestor");
+    let host = ancestor.canonicalize().map_err(|e| io(ancestor, e))?;
+    if !host.is_dir() {
+        return Err(format!("{} is not a directory", ancestor.display()));
+    }
+    let count = shadows.len();
+    let shadow = shadows.entry(host).or_insert_with(|| Shadow {
+        dir: scratch.join(format!("shadow-{count}")),
+        added: BTreeSet::new(),
+    });
+    if let Some(Component::Normal(first)) = missing.components().next() {
+        shadow.added.insert(first.to_owned());
+    }
+    create(&shadow.dir.join(missing))
+}
+
+/// Fills a shadow with an entry for each entry of `host` and records the binds that make them
+/// the host's.
+fn mirror(host: &Path, shadow: &Shadow, ops: &mut Vec<Op>) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    std::fs::create_dir_all(&shadow.dir).map_err(|e| io(&shadow.dir, e))?;
+    for entry in std::fs::read_dir(host).map_err(|e| io(host, e))? {
+        let entry = entry.map_err(|e| io(host, e))?;
+        let name = entry.file_name();
+        if shadow.added.contains(&name) {
+            continue;
+        }
+        let from = entry.path();
+        let to = shadow.dir.join(&name);
+        let kind = entry.file_type().map_err(|e| io(&from, e))?;
+        if kind.is_symlink() {
+            let link = std::fs::read_link(&from).map_err(|e| io(&from, e))?;
+            std::os::unix::fs::symlink(&link, &to).map_err(|e| io(&to, e))?;
+            continue;
+        }
+        if kind.is_dir() {
+            std::fs::create_dir(&to).map_err(|e| io(&to, e))?;
+        } else {
+            File::create(&to).map_err(|e| io(&to, e))?;
+        }
+        ops.push(Op::Bind {
+            source: c_path(&from)?,
+            target: c_path(&to)?,
+            recursive: kind.is_dir(),
+        });
+    }
+    Ok(())
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", path.display()))
+}
+
+impl MountPlan {
+    /// Makes `cmd` set up its mount namespace before it execs. Spawn it while `self` lives (the
+    /// closure keeps it).
+    #[allow(unsafe_code)]
+    pub(super) fn apply(self, cmd: &mut Command) {
+        // SAFETY: the closure runs in the forked child before exec and only makes syscalls
+        // (unshare, mount, chroot, chdir) on paths prepared before the fork; it allocates
+        // nothing.
+        unsafe {
+            cmd.pre_exec(move || self.enter().map_err(std::io::Error::from));
+        }
+    }
+
+    fn enter(&self) -> nix::Result<()> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+        mount(None, c"/", MsFlags::MS_REC | MsFlags::MS_PRIVATE)?;
+        for op in &self.shadows {
+            op.run()?;
+        }
+        if let Some(root) = &self.chroot {
+            nix::unistd::chdir(root.as_c_str())?;
+            nix::unistd::chroot(c".")?;
+        }
+        for op in &self.mounts {
+            op.run()?;
+        }
+        nix::unistd::chdir(self.workdir.as_c_str())
+    }
+}
+
+impl Op {
+    fn run(&self) -> nix::Result<()> {
+        match self {
+            Op::Bind {
+                source,
+                target,
+                recursive,
+            } => {
+                let rec = if *recursive {
+                    MsFlags::MS_REC
+                } else {
+                    MsFlags::empty()
+                };
+                mount(Some(source), target, MsFlags::MS_BIND | rec)
+            }
+            Op::ReadOnly { target } => mount(
+                None,
+                target,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            ),
+        }
+    }
+}
+
+fn mount(source: Option<&CStr>, target: &CStr, flags: MsFlags) -> nix::Result<()> {
+    nix::mount::mount(source, target, None::<&CStr>, flags, None::<&CStr>)
+}
