@@ -79,7 +79,17 @@ fn split_origin(s: &str) -> Option<(String, &str, u16)> {
         }
         _ => (rest, default),
     };
-    if host.is_empty() {
+    let ipv6 = host.len() > 2
+        && host.starts_with('[')
+        && host.ends_with(']')
+        && host[1..host.len() - 1]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+    let name = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'*'));
+    if !(ipv6 || name) {
         return None;
     }
     Some((scheme, host, port))

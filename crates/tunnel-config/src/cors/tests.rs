@@ -64,6 +64,26 @@ fn origin_patterns_match_exact_default_ports_and_left_wildcards() {
         ("*", "https://a.example/path", false),
         ("*", "https://", false),
         ("https://*.a.example", "https://*.a.example", false),
+        // attempts to pass for an allowed origin
+        ("https://a.example", "https://a.example.evil.example", false),
+        ("https://a.example", "https://a.example%2eevil", false),
+        (
+            "https://*.a.example",
+            "https://evil.example\\.a.example",
+            false,
+        ),
+        (
+            "https://*.a.example",
+            "https://evil.example#.a.example",
+            false,
+        ),
+        (
+            "https://*.a.example",
+            "https://x.a.example@evil.example",
+            false,
+        ),
+        ("https://*.a.example", "https://x.a.example.", false),
+        ("*", "https://a b.example", false),
         ("http://[::1]:8080", "http://[::1]:8080", true),
         ("http://[::1]", "http://[::1]", true),
     ];
