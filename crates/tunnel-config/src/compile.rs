@@ -13,6 +13,7 @@ use http::StatusCode;
 
 use crate::backend::{self, UpstreamError};
 use crate::config::{self, BackendProtocol, BackendTls, Config, Route};
+use crate::cors::Cors;
 use crate::filters::{HeaderModifier, PathRewrite, Redirect, UrlRewrite};
 use crate::routing::{
     HostPattern, Matchers, PathMatcher, RouteSpec, RuleSpec, Table, WeightedChoice,
@@ -22,7 +23,7 @@ mod parts;
 
 pub use parts::parse_duration;
 use parts::{
-    chain, grpc_match, header_modifier, http_match, redirect, status, timeout, url_rewrite,
+    chain, cors, grpc_match, header_modifier, http_match, redirect, status, timeout, url_rewrite,
 };
 
 /// Gateway API maximum backend weight.
@@ -174,6 +175,8 @@ pub struct Rule<U> {
     pub request_headers: Option<HeaderModifier>,
     pub response_headers: Option<HeaderModifier>,
     pub rewrite: Option<UrlRewrite>,
+    /// The rule's CORS filter: preflights answered by the proxy, actual responses gain headers.
+    pub cors: Option<Arc<Cors>>,
     pub mirrors: Vec<Mirror<U>>,
     pub action: Action<U>,
     pub request_timeout: Option<Duration>,
@@ -307,6 +310,7 @@ struct Filters<U> {
     response_headers: Option<HeaderModifier>,
     redirect: Option<Redirect>,
     rewrite: Option<UrlRewrite>,
+    cors: Option<Arc<Cors>>,
     mirrors: Vec<Mirror<U>>,
 }
 
@@ -421,6 +425,12 @@ impl<B: Build> Ctx<'_, B> {
             let mut backend = self.backend(&bat, b)?;
             if !b.filters.is_empty() {
                 let own = self.filters(&bat, &b.filters, grpc)?;
+                if own.cors.is_some() {
+                    return Err(err(
+                        format!("{bat}.filters"),
+                        "CORS is not valid on a backendRef (a preflight is answered before a backend is chosen); put it on the rule",
+                    ));
+                }
                 if own.redirect.is_some() {
                     return Err(err(
                         format!("{bat}.filters"),
@@ -453,6 +463,7 @@ impl<B: Build> Ctx<'_, B> {
                         }),
                         (base, own) => own.or(base),
                     },
+                    cors: base.cors,
                     mirrors,
                     action: Action::Respond(StatusCode::INTERNAL_SERVER_ERROR),
                     request_timeout,
@@ -484,6 +495,7 @@ impl<B: Build> Ctx<'_, B> {
             request_headers: filters.request_headers,
             response_headers: filters.response_headers,
             rewrite: filters.rewrite,
+            cors: filters.cors,
             mirrors: filters.mirrors,
             action,
             request_timeout,
@@ -539,6 +551,7 @@ impl<B: Build> Ctx<'_, B> {
             response_headers: None,
             redirect: None,
             rewrite: None,
+            cors: None,
             mirrors: Vec::new(),
         };
         for (i, f) in filters.iter().enumerate() {
@@ -577,6 +590,14 @@ impl<B: Build> Ctx<'_, B> {
                         return Err(http_only());
                     }
                     if out.rewrite.replace(url_rewrite(&at, r)?).is_some() {
+                        return Err(dup());
+                    }
+                }
+                config::Filter::Cors(c) => {
+                    if grpc {
+                        return Err(http_only());
+                    }
+                    if out.cors.replace(Arc::new(cors(&at, c)?)).is_some() {
                         return Err(dup());
                     }
                 }

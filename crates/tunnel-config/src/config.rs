@@ -186,6 +186,28 @@ pub enum Filter {
     #[serde(rename = "URLRewrite")]
     UrlRewrite(UrlRewrite),
     RequestMirror(RequestMirror),
+    /// Only on an HTTPRoute rule (not a backendRef, not a GRPCRoute).
+    #[serde(rename = "CORS")]
+    Cors(Cors),
+}
+
+/// The HTTPRoute CORS filter, fields as in Gateway API v1.5.1 (`*` allowed in each list).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cors {
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    #[serde(default)]
+    pub allow_methods: Vec<String>,
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    #[serde(default)]
+    pub allow_credentials: bool,
+    /// Seconds; absent is 5.
+    #[serde(default)]
+    pub max_age: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

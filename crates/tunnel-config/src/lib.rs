@@ -1,7 +1,7 @@
 //! `tunnel-config`: the contract between the tunnel gateway's controller and its data plane.
 //! The document the controller pushes ([`config`]), the compiler that checks it and turns it
 //! into a route table ([`compile`]), and the pure rules that table applies: request matching
-//! ([`routing`]), filters ([`filters`]) and what a backend's endpoints and TLS settings must be
+//! ([`routing`]), filters ([`filters`], [`cors`]) and what a backend's endpoints and TLS settings must be
 //! ([`backend`]). No I/O: the controller validates what it translates with the same compiler
 //! the proxy compiles a push with.
 #![forbid(unsafe_code)]
@@ -9,5 +9,6 @@
 pub mod backend;
 pub mod compile;
 pub mod config;
+pub mod cors;
 pub mod filters;
 pub mod routing;

@@ -7,6 +7,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 
 use super::{CompileError, err};
 use crate::config::{self, PathMatchType, PathModifier, ValueMatchType};
+use crate::cors::{Allowed, Cors, DEFAULT_MAX_AGE, OriginPattern};
 use crate::filters::{HeaderModifier, PathRewrite, Redirect, UrlRewrite};
 use crate::routing::{
     self, GrpcMatcher, HeaderMatcher, HostPattern, HttpMatcher, PathMatcher, QueryMatcher,
@@ -319,4 +320,49 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         }
     }
     (groups > 0).then_some(total)
+}
+
+/// The CORS filter: origins parsed, methods and header names checked, `*` set apart.
+pub(super) fn cors(at: &str, c: &config::Cors) -> Result<Cors, CompileError> {
+    fn list<T>(
+        at: &str,
+        field: &str,
+        values: &[String],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Allowed<T>, CompileError> {
+        let mut out = Allowed::default();
+        for (i, v) in values.iter().enumerate() {
+            if v == "*" {
+                out.any = true;
+            } else {
+                out.named
+                    .push(parse(v).map_err(|e| err(format!("{at}.{field}[{i}]"), e))?);
+            }
+        }
+        Ok(out)
+    }
+    let origins = c
+        .allow_origins
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            OriginPattern::parse(o).map_err(|e| err(format!("{at}.allowOrigins[{i}]"), e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let name = |v: &str| HeaderName::from_bytes(v.as_bytes()).map_err(|e| e.to_string());
+    let max_age = match c.max_age {
+        None => DEFAULT_MAX_AGE,
+        Some(s) => u32::try_from(s)
+            .map_err(|_| err(format!("{at}.maxAge"), "must be between 0 and 4294967295"))?,
+    };
+    Ok(Cors {
+        origins,
+        methods: list(at, "allowMethods", &c.allow_methods, |v| {
+            Method::from_bytes(v.as_bytes()).map_err(|e| e.to_string())
+        })?,
+        headers: list(at, "allowHeaders", &c.allow_headers, name)?,
+        expose: list(at, "exposeHeaders", &c.expose_headers, name)?,
+        credentials: c.allow_credentials,
+        max_age,
+    })
 }

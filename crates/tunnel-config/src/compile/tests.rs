@@ -464,3 +464,90 @@ fn refused_backend_filters_name_their_path() {
         assert_eq!(error_of(route_with_rule(rule.clone())).path, path, "{rule}");
     }
 }
+
+#[test]
+fn a_cors_filter_compiles_with_its_wildcards_set_apart() {
+    let t = try_compile(route_with_rule(json!({
+        "filters": [{ "type": "CORS", "allowOrigins": ["https://a.example", "https://*.b.example"],
+            "allowMethods": ["GET", "*"], "allowHeaders": ["X-One"], "exposeHeaders": ["*"],
+            "allowCredentials": true, "maxAge": 60 }],
+        "backends": [backend(json!({ "filters": [{ "type": "ResponseHeaderModifier",
+            "set": [{ "name": "x", "value": "1" }] }] }))],
+    })))
+    .unwrap();
+    let rule = &t.table.rules()[0];
+    let c = rule.cors.as_deref().unwrap();
+    assert_eq!(c.origins.len(), 2);
+    assert!(c.methods.any);
+    assert_eq!(c.methods.named, [Method::GET]);
+    assert_eq!(c.headers.named, [HeaderName::from_static("x-one")]);
+    assert!(c.expose.any && c.expose.named.is_empty());
+    assert!(c.credentials);
+    assert_eq!(c.max_age, 60);
+    // A backend with filters of its own keeps the rule's CORS.
+    let Action::Forward { backends, .. } = &rule.action else {
+        panic!("not forwarded")
+    };
+    assert_eq!(backends[0].rule(rule).cors.as_deref(), Some(c));
+    // maxAge left out is 5 seconds.
+    let t = try_compile(route_with_rule(
+        json!({ "filters": [{ "type": "CORS", "allowOrigins": ["*"] }] }),
+    ))
+    .unwrap();
+    assert_eq!(t.table.rules()[0].cors.as_ref().unwrap().max_age, 5);
+}
+
+#[test]
+fn a_bad_cors_filter_names_its_field() {
+    let cors = |extra: Value| {
+        let mut f = json!({ "type": "CORS" });
+        f.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        route_with_rule(json!({ "filters": [f] }))
+    };
+    let rows: Vec<(Value, &str)> = vec![
+        (
+            cors(json!({ "allowOrigins": ["*", "https://a.*.example"] })),
+            "routes[0].rules[0].filters[0].allowOrigins[1]",
+        ),
+        (
+            cors(json!({ "allowOrigins": ["a.example"] })),
+            "routes[0].rules[0].filters[0].allowOrigins[0]",
+        ),
+        (
+            cors(json!({ "allowMethods": ["GE T"] })),
+            "routes[0].rules[0].filters[0].allowMethods[0]",
+        ),
+        (
+            cors(json!({ "allowHeaders": ["ok", "bad header"] })),
+            "routes[0].rules[0].filters[0].allowHeaders[1]",
+        ),
+        (
+            cors(json!({ "exposeHeaders": ["bad:"] })),
+            "routes[0].rules[0].filters[0].exposeHeaders[0]",
+        ),
+        (
+            cors(json!({ "maxAge": -1 })),
+            "routes[0].rules[0].filters[0].maxAge",
+        ),
+        (
+            route_with_rule(json!({ "filters": [{ "type": "CORS" }, { "type": "CORS" }] })),
+            "routes[0].rules[0].filters[1]",
+        ),
+        (
+            route_with_rule(
+                json!({ "backends": [backend(json!({ "filters": [{ "type": "CORS" }] }))] }),
+            ),
+            "routes[0].rules[0].backends[0].filters",
+        ),
+        (
+            json!({ "version": 1, "routes": [{ "kind": "GRPCRoute", "name": "ns/g",
+                "rules": [{ "filters": [{ "type": "CORS" }] }] }] }),
+            "routes[0].rules[0].filters[0]",
+        ),
+    ];
+    for (doc, path) in rows {
+        assert_eq!(error_of(doc.clone()).path, path, "{doc}");
+    }
+}

@@ -1,8 +1,8 @@
 //! HTTPRoute rules → document rules: matches, filters (RequestHeaderModifier,
-//! ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror), weighted backends,
+//! ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror, CORS), weighted backends,
 //! timeouts and the rule name. A rule with a filter this implementation does not support
-//! (ExtensionRef, CORS) fails closed: it keeps its matches, so precedence stays right, and
-//! answers 500.
+//! (ExtensionRef) fails closed: it keeps its matches, so precedence stays right, and answers
+//! 500.
 
 use gateway_api::apis::standard::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesFilters,
@@ -190,6 +190,16 @@ fn filter(
                 .map(|e| (e.group.as_str(), e.kind.as_str(), e.name.as_str()));
             return Err(refuse_extension_ref(at, target, report));
         }
-        T::Cors => return Err("CORS is not supported by this controller".to_owned()),
+        T::Cors => {
+            let c = f.cors.as_ref().ok_or_else(missing)?;
+            Filter::Cors(config::Cors {
+                allow_origins: c.allow_origins.clone().unwrap_or_default(),
+                allow_methods: c.allow_methods.clone().unwrap_or_default(),
+                allow_headers: c.allow_headers.clone().unwrap_or_default(),
+                expose_headers: c.expose_headers.clone().unwrap_or_default(),
+                allow_credentials: c.allow_credentials.unwrap_or(false),
+                max_age: c.max_age.map(i64::from),
+            })
+        }
     }))
 }

@@ -119,6 +119,9 @@ pub(super) fn rule_parts<'f, F: 'f>(
                 Ok(Some(Filter::RequestRedirect(_))) => refused.push(format!(
                     "filters[{fi}]: RequestRedirect is not valid on a backendRef, put it on the rule"
                 )),
+                Ok(Some(Filter::Cors(_))) => refused.push(format!(
+                    "filters[{fi}]: CORS is not valid on a backendRef (a preflight is answered before a backend is chosen), put it on the rule"
+                )),
                 Ok(Some(f)) => resolved.backend.filters.push(f),
                 Ok(None) => {}
                 Err(why) => refused.push(format!("filters[{fi}]: {why}")),

@@ -1,6 +1,6 @@
 //! Gateway API field rules through the controller and the real proxy: equivalent header and
-//! query parameter names in one match, redirect ports, filters on backendRefs, and when a route
-//! is live (`cf.k8s.lex.la/Published`). Backends echo what they received.
+//! query parameter names in one match, redirect ports, filters on backendRefs, the CORS filter,
+//! and when a route is live (`cf.k8s.lex.la/Published`). Backends echo what they received.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -330,6 +330,87 @@ spec:
         seen.0 > 0 && seen.1 > 0,
         "both backends took traffic: {seen:?}"
     );
+}
+
+#[tokio::test]
+async fn a_cors_filter_answers_preflights_at_the_proxy_and_marks_actual_answers() {
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("cors");
+    let host = format!("{ns}.example.com");
+    let port = spawn_echo_backend("cors-backend").await;
+    apply(&namespace_with_gateway(&ns)).await;
+    apply(&service_yaml(&ns, "web", port)).await;
+    apply(&format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: ["{host}"]
+  rules:
+  - filters:
+    - type: CORS
+      cors:
+        allowOrigins: ["https://app.example", "https://*.tenant.example"]
+        allowMethods: [GET, PUT]
+        allowHeaders: [x-token]
+        exposeHeaders: [x-total]
+        allowCredentials: true
+        maxAge: 120
+    backendRefs: [{{name: web, port: 80}}]
+"#
+    ))
+    .await;
+    wait_traffic(&host, "/", 200, "cors-backend").await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for p in &w.proxies {
+        let url = format!("http://{}/api", p.data);
+        let r = client
+            .request(reqwest::Method::OPTIONS, &url)
+            .header("host", &host)
+            .header("origin", "https://x.tenant.example")
+            .header("access-control-request-method", "PUT")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 204);
+        let h = r.headers().clone();
+        assert_eq!(h["access-control-allow-origin"], "https://x.tenant.example");
+        assert_eq!(h["access-control-allow-methods"], "GET, PUT");
+        assert_eq!(h["access-control-allow-headers"], "x-token");
+        assert_eq!(h["access-control-allow-credentials"], "true");
+        assert_eq!(h["access-control-max-age"], "120");
+        // The echo backend answers 200 with a body: this answer is the proxy's.
+        assert_eq!(r.text().await.unwrap(), "");
+
+        for (origin, allowed) in [
+            ("https://app.example", true),
+            ("https://evil.example", false),
+        ] {
+            let r = client
+                .get(&url)
+                .header("host", &host)
+                .header("origin", origin)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let h = r.headers().clone();
+            assert_eq!(h["vary"], "Origin");
+            if allowed {
+                assert_eq!(h["access-control-allow-origin"], origin);
+                assert_eq!(h["access-control-expose-headers"], "x-total");
+            } else {
+                assert!(h.get("access-control-allow-origin").is_none(), "{h:?}");
+            }
+            assert!(r.text().await.unwrap().starts_with("cors-backend /api"));
+        }
+    }
 }
 
 /// `kubectl wait` for our parent entry's `cf.k8s.lex.la/Published=True` (route conditions live

@@ -1,5 +1,5 @@
-//! The live table's decision for a request head: answer locally (no route, a redirect, a
-//! configured status) or forward to a chosen backend. Shared by both paths.
+//! The live table's decision for a request head: answer locally (no route, a CORS preflight, a
+//! redirect, a configured status) or forward to a chosen backend. Shared by both paths.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use super::headers::forwarded_proto;
 use crate::metrics::HostMetrics;
 use crate::table::{Action, Backend, RouteTable, Rule, Target};
 use crate::upstream::Upstream;
+use tunnel_config::cors::{self, ActualHeaders};
 use tunnel_config::filters::RedirectInput;
 use tunnel_config::routing::{self, RequestView};
 
@@ -35,6 +36,25 @@ pub(crate) struct Routed<'t> {
     /// The authority the request was routed by.
     pub authority: HeaderValue,
     pub matched_prefix: Option<&'t str>,
+    /// What the rule's CORS filter adds to the response.
+    pub cors: Option<ActualHeaders>,
+}
+
+impl Routed<'_> {
+    /// The rule's response changes: its ResponseHeaderModifier, then its CORS headers.
+    pub fn change_response(&self, headers: &mut HeaderMap) {
+        if let Some(modifier) = &self.rule.response_headers {
+            modifier.apply(headers);
+        }
+        if let Some(cors) = &self.cors {
+            cors.apply(headers);
+        }
+    }
+
+    /// Whether [`Routed::change_response`] changes anything.
+    pub fn changes_response(&self) -> bool {
+        self.rule.response_headers.is_some() || self.cors.is_some()
+    }
 }
 
 /// Routes a request head with `table` (`None`: no config loaded). `host` becomes the matched
@@ -74,6 +94,19 @@ pub(crate) fn decide<'t>(
         *host_metrics = h.clone();
     }
     let rule: &Rule = m.rule;
+    // A preflight is the CORS filter's to answer; it never reaches a backend.
+    if let Some(c) = &rule.cors
+        && cors::is_preflight(&parts.method, &parts.headers)
+    {
+        let (status, headers) = c.preflight(&parts.headers);
+        let mut answer = local(status, "");
+        if let Some(modifier) = &rule.response_headers {
+            modifier.apply(&mut answer.headers);
+        }
+        answer.headers.extend(headers);
+        return Decision::Respond(answer);
+    }
+    let cors = rule.cors.as_ref().map(|c| c.actual(&parts.headers));
     let mut answer = match &rule.action {
         Action::Respond(status) => local(*status, ""),
         Action::Redirect(redirect) => {
@@ -112,6 +145,7 @@ pub(crate) fn decide<'t>(
                         upstream,
                         authority,
                         matched_prefix: m.matched_prefix,
+                        cors,
                     });
                 }
             }
@@ -119,6 +153,9 @@ pub(crate) fn decide<'t>(
     };
     if let Some(modifier) = &rule.response_headers {
         modifier.apply(&mut answer.headers);
+    }
+    if let Some(cors) = &cors {
+        cors.apply(&mut answer.headers);
     }
     Decision::Respond(answer)
 }

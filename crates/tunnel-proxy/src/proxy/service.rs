@@ -155,9 +155,7 @@ async fn route_and_forward(
     let mut resp = fwd
         .run(Request::from_parts(parts, body), client_upgrade)
         .await;
-    if let Some(modifier) = &routed.rule.response_headers {
-        modifier.apply(resp.headers_mut());
-    }
+    routed.change_response(resp.headers_mut());
     resp
 }
 

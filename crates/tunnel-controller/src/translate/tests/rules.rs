@@ -182,9 +182,9 @@ fn an_unsupported_filter_makes_its_rule_fail_closed_and_says_so() {
             "ExtensionRef example.com/Auth sso is not supported",
         ),
         (
-            json!({ "type": "CORS", "cors": { "allowOrigins": ["https://a.example"] } }),
+            json!({ "type": "CORS" }),
             None,
-            "CORS is not supported",
+            "type Cors without its configuration",
         ),
         (
             json!({ "type": "RequestHeaderModifier" }),
@@ -240,6 +240,52 @@ fn an_unsupported_filter_makes_its_rule_fail_closed_and_says_so() {
 }
 
 #[test]
+fn a_cors_filter_maps_to_the_document_and_a_bad_one_drops_its_rule() {
+    let world = World::shop();
+    let t = translate_http(
+        &world,
+        json!([{
+            "matches": [{ "path": { "value": "/api" } }],
+            "filters": [{ "type": "CORS", "cors": {
+                "allowOrigins": ["https://app.example", "https://*.tenant.example"],
+                "allowMethods": ["GET", "PUT"], "allowHeaders": ["X-Token"],
+                "exposeHeaders": ["*"], "allowCredentials": true, "maxAge": 300 } }],
+            "backendRefs": [{ "name": "web", "port": 80 }]
+        }, {
+            "matches": [{ "path": { "value": "/min" } }],
+            "filters": [{ "type": "CORS", "cors": { "allowOrigins": ["*"] } }],
+            "backendRefs": [{ "name": "web", "port": 80 }]
+        }]),
+        None,
+    );
+    let expected: Vec<Filter> = serde_json::from_value(json!([{ "type": "CORS",
+        "allowOrigins": ["https://app.example", "https://*.tenant.example"],
+        "allowMethods": ["GET", "PUT"], "allowHeaders": ["X-Token"],
+        "exposeHeaders": ["*"], "allowCredentials": true, "maxAge": 300 }]))
+    .unwrap();
+    assert_eq!(t.rules[0].filters, expected);
+    let expected: Vec<Filter> =
+        serde_json::from_value(json!([{ "type": "CORS", "allowOrigins": ["*"] }])).unwrap();
+    assert_eq!(t.rules[1].filters, expected);
+    assert_eq!((t.accepted, t.partially_invalid), (None, None));
+
+    // An origin the proxy cannot compile (the CRD's pattern lets a five-digit port over 65535
+    // through) costs only its rule, which is reported.
+    let t = translate_http(
+        &world,
+        json!([
+            { "matches": [{ "path": { "value": "/ok" } }], "backendRefs": [{ "name": "web", "port": 80 }] },
+            { "matches": [{ "path": { "value": "/bad" } }],
+              "filters": [{ "type": "CORS", "cors": { "allowOrigins": ["https://a.example:99999"] } }],
+              "backendRefs": [{ "name": "web", "port": 80 }] }
+        ]),
+        None,
+    );
+    let p = t.partially_invalid.expect("PartiallyInvalid");
+    assert!(p.message.contains("allowOrigins[0]"), "{}", p.message);
+}
+
+#[test]
 fn filters_on_a_backend_ref_go_with_that_backend() {
     let world = World::shop();
     let t = translate_http(
@@ -279,6 +325,10 @@ fn unsupported_filters_on_a_backend_ref_fail_that_backend_closed() {
         (
             json!({ "type": "ExtensionRef", "extensionRef": { "group": "x.io", "kind": "K", "name": "n" } }),
             "ExtensionRef x.io/K n is not supported",
+        ),
+        (
+            json!({ "type": "CORS", "cors": { "allowOrigins": ["*"] } }),
+            "CORS is not valid on a backendRef",
         ),
     ];
     for (filter, why) in rows {

@@ -150,12 +150,13 @@ pub(super) async fn forward(
     };
     // Most rules change no response field: the backend's head is then copied, not parsed
     // into a map.
-    let modified = match &rule.response_headers {
-        None => None,
-        Some(modifier) => match resp.header_map(&bufs.scratch) {
+    let modified = if !routed.changes_response() {
+        None
+    } else {
+        match resp.header_map(&bufs.scratch) {
             Some(mut headers) => {
                 strip_hop_by_hop(&mut headers, false);
-                modifier.apply(&mut headers);
+                routed.change_response(&mut headers);
                 Some(headers)
             }
             None => {
@@ -166,7 +167,7 @@ pub(super) async fn forward(
                 let answer = backend_failure(BackendErrorReason::Protocol);
                 return answer_locally(client, answer, routed, done, bufs).await;
             }
-        },
+        }
     };
     done.host.response(resp.status);
     let close = client.close || client.stop.is_raised() || resp.framing == Framing::CloseDelimited;
@@ -214,9 +215,7 @@ async fn answer_locally(
     done: Completion,
     bufs: &mut Buffers,
 ) -> bool {
-    if let Some(modifier) = &routed.rule.response_headers {
-        modifier.apply(&mut answer.headers);
-    }
+    routed.change_response(&mut answer.headers);
     let close = client.close || client.stop.is_raised();
     write_local(client.stream, &mut bufs.out, answer, close, done).await
 }
