@@ -873,8 +873,8 @@ mod tests {
         let r = ok(&gw, &cfg, &inputs());
         assert_eq!(
             all_meta(&r).len(),
-            5,
-            "Deployment, Service, NetworkPolicy, HPA, Secret"
+            6,
+            "Deployment, Service, NetworkPolicy, HPA, PDB, Secret"
         );
         for meta in all_meta(&r).into_iter().chain([pod_meta(&r)]) {
             let labels = meta.labels.as_ref().unwrap();
