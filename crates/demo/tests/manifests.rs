@@ -1,6 +1,8 @@
 //! The deploy manifests under `deploy/resource-proxy/` against real kube-apiservers: they apply
 //! (server-side dry run), their configurations pass `resource-proxy check-config`, and their RBAC
-//! allows every API call the proxy makes (and not much more). The demo (`tests/demo.rs`) also runs
+//! allows every API call the proxy makes (and not much more), and the proxy's pods meet the
+//! `restricted` Pod Security Standard as the API server's PodSecurity admission enforces it
+//! (the DaemonSet except for its host network). The demo (`tests/demo.rs`) also runs
 //! the proxy end to end as the user of `client-rbac.yaml` with exactly that RBAC.
 
 use std::path::{Component, Path, PathBuf};
@@ -147,10 +149,9 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
     rel
 }
 
-#[tokio::test]
-async fn the_sidecar_component_adds_the_proxy_to_a_control_plane_statefulset() {
-    let _logs = cp().logs_on_failure();
-    let client = cp().cluster("client");
+/// A kustomization of a vCluster-style StatefulSet with the sidecar component, in a temporary
+/// directory.
+fn sidecar_kustomization() -> tempfile::TempDir {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().canonicalize().unwrap();
     std::fs::write(
@@ -168,6 +169,15 @@ async fn the_sidecar_component_adds_the_proxy_to_a_control_plane_statefulset() {
         ),
     )
     .unwrap();
+    work
+}
+
+#[tokio::test]
+async fn the_sidecar_component_adds_the_proxy_to_a_control_plane_statefulset() {
+    let _logs = cp().logs_on_failure();
+    let client = cp().cluster("client");
+    let work = sidecar_kustomization();
+    let dir = work.path().canonicalize().unwrap();
     let out = kubectl(
         client,
         &[
@@ -504,4 +514,166 @@ async fn the_target_rbac_allows_the_proxy_identity_its_resources_and_namespaces(
         wrong.push("client-b can list widgets".into());
     }
     assert!(wrong.is_empty(), "target RBAC:\n{}", wrong.join("\n"));
+}
+
+/// Creates `pod` (JSON) with a server-side dry run in the client cluster: (admitted, stderr).
+async fn dry_run_pod(pod: &serde_json::Value) -> (bool, String) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), pod.to_string()).unwrap();
+    let out = cp()
+        .cluster("client")
+        .kubectl()
+        .args(["create", "--dry-run=server", "-f"])
+        .arg(file.path())
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A namespace enforcing `restricted` (latest): PodSecurity admission refuses violating Pods.
+async fn restricted_namespace() -> &'static str {
+    static NAMESPACE: OnceCell<()> = OnceCell::const_new();
+    const NAME: &str = "psa-restricted";
+    NAMESPACE
+        .get_or_init(|| async {
+            let client = cp().cluster("client");
+            kubectl(client, &["create", "namespace", NAME]).await;
+            kubectl(
+                client,
+                &[
+                    "label",
+                    "namespace",
+                    NAME,
+                    "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest",
+                ],
+            )
+            .await;
+        })
+        .await;
+    NAME
+}
+
+fn pod(name: &str, namespace: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    })
+}
+
+/// The DaemonSet runs on the host network next to a kubeadm-style kube-apiserver, which no
+/// Pod Security level above `privileged` allows; everything else about its pod is `restricted`.
+#[tokio::test]
+async fn the_daemonset_pod_meets_restricted_except_for_its_host_network() {
+    let _logs = cp().logs_on_failure();
+    applied().await;
+    let ns = restricted_namespace().await;
+    let ds = kubectl(
+        cp().cluster("client"),
+        &[
+            "get",
+            "daemonset",
+            "resource-proxy",
+            "-n",
+            "kube-system",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let ds: serde_json::Value = serde_json::from_str(&ds).unwrap();
+    let mut spec = ds["spec"]["template"]["spec"].clone();
+    // The Priority admission's business, not Pod Security's: system-cluster-critical is kept
+    // for kube-system.
+    spec.as_object_mut().unwrap().remove("priorityClassName");
+    spec.as_object_mut().unwrap().remove("priority");
+    for c in spec["containers"].as_array().unwrap() {
+        for q in ["requests", "limits"] {
+            assert!(
+                c["resources"][q]["cpu"].is_string() && c["resources"][q]["memory"].is_string(),
+                "{}: {q}",
+                c["name"]
+            );
+        }
+    }
+
+    let (ok, stderr) = dry_run_pod(&pod("rp-host", ns, spec.clone())).await;
+    assert!(!ok, "a host-network pod was admitted under restricted");
+    let violations = stderr
+        .split_once("violates PodSecurity \"restricted:latest\": ")
+        .unwrap_or_else(|| panic!("{stderr}"))
+        .1
+        .trim();
+    // hostNetwork defaults each hostPort to its containerPort: the same exception.
+    assert_eq!(
+        violations,
+        "host namespaces (hostNetwork=true), hostPort (container \"resource-proxy\" uses hostPort 9099)",
+        "{stderr}"
+    );
+
+    let object = spec.as_object_mut().unwrap();
+    object.remove("hostNetwork");
+    object.insert("dnsPolicy".into(), "ClusterFirst".into());
+    for c in spec["containers"].as_array_mut().unwrap() {
+        for p in c["ports"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("hostPort");
+        }
+    }
+    let (ok, stderr) = dry_run_pod(&pod("rp-pod-network", ns, spec)).await;
+    assert!(
+        ok,
+        "without the host network the pod must be restricted: {stderr}"
+    );
+}
+
+/// The sidecar container is `restricted` by its own securityContext, whatever the control
+/// plane's pod sets.
+#[tokio::test]
+async fn the_sidecar_container_meets_restricted_on_its_own() {
+    let _logs = cp().logs_on_failure();
+    let ns = restricted_namespace().await;
+    let work = sidecar_kustomization();
+    let dir = work.path().canonicalize().unwrap();
+    let rendered = kubectl(
+        cp().cluster("client"),
+        &[
+            "create",
+            "-k",
+            dir.to_str().unwrap(),
+            "-n",
+            ns,
+            "--dry-run=client",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let items: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&rendered)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}: {rendered}"));
+    let sts = items.iter().find(|i| i["kind"] == "StatefulSet").unwrap();
+    let template = &sts["spec"]["template"]["spec"];
+    let proxy = template["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "resource-proxy")
+        .unwrap();
+    let spec = serde_json::json!({"containers": [proxy], "volumes": template["volumes"]});
+    let (ok, stderr) = dry_run_pod(&pod("rp-sidecar", ns, spec.clone())).await;
+    assert!(ok, "the sidecar container alone was refused: {stderr}");
+    // The control plane's own container (no securityContext) is what the pod would be refused for.
+    let (ok, stderr) = dry_run_pod(&pod("rp-sidecar-sts", ns, template.clone())).await;
+    assert!(!ok, "the unhardened syncer was admitted");
+    assert!(
+        stderr.contains("container \"syncer\"") && !stderr.contains("container \"resource-proxy\""),
+        "{stderr}"
+    );
 }

@@ -21,6 +21,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -67,6 +68,7 @@ pub struct Stores {
     deployments: Store<Deployment>,
     network_policies: Store<NetworkPolicy>,
     hpas: Store<HorizontalPodAutoscaler>,
+    pdbs: Store<PodDisruptionBudget>,
 }
 
 /// Everything the controller reads, as of one moment.
@@ -90,6 +92,7 @@ pub struct Snapshot {
     pub deployments: Vec<Arc<Deployment>>,
     pub network_policies: Vec<Arc<NetworkPolicy>>,
     pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
 }
 
 impl Stores {
@@ -115,6 +118,7 @@ impl Stores {
             deployments: reflect_labelled(client, changed, PLANE_SELECTOR),
             network_policies: reflect_labelled(client, changed, PLANE_SELECTOR),
             hpas: reflect_labelled(client, changed, PLANE_SELECTOR),
+            pdbs: reflect_labelled(client, changed, PLANE_SELECTOR),
         }
     }
 
@@ -140,6 +144,7 @@ impl Stores {
             self.deployments.wait_until_ready(),
             self.network_policies.wait_until_ready(),
             self.hpas.wait_until_ready(),
+            self.pdbs.wait_until_ready(),
         );
     }
 
@@ -166,6 +171,7 @@ impl Stores {
             deployments: self.deployments.state(),
             network_policies: self.network_policies.state(),
             hpas: self.hpas.state(),
+            pdbs: self.pdbs.state(),
         }
     }
 }

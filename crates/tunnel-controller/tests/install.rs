@@ -137,6 +137,7 @@ async fn the_kustomization_applies_with_server_dry_run() {
         "service/tunnel-proxy-config",
         "networkpolicy.networking.k8s.io/tunnel-proxy",
         "poddisruptionbudget.policy/tunnel-proxy",
+        "poddisruptionbudget.policy/tunnel-gateway-controller",
         "gatewayclass.gateway.networking.k8s.io/cloudflare-tunnel",
     ] {
         let line = out
@@ -151,26 +152,112 @@ async fn the_kustomization_applies_with_server_dry_run() {
     assert!(class["metadata"].get("namespace").is_none(), "{class}");
 }
 
+/// A Pod made of `template`'s spec, created with a server-side dry run in the install
+/// namespace: (admitted, kubectl's stderr).
+async fn dry_run_pod(name: &str, template: &Value) -> (bool, String) {
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": template["metadata"]["labels"]},
+        "spec": template["spec"],
+    });
+    let (ok, _, stderr) = kubectl(
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod.to_string()),
+    )
+    .await;
+    (ok, stderr)
+}
+
+/// The namespace enforces `restricted` (latest), and the API server's PodSecurity admission
+/// admits a Pod made of every workload template of the kustomization, and refuses one made of
+/// the controller's template with a single field loosened. (Deployments themselves are only
+/// warned about; Pods are what enforcement refuses, and with no node here none is created.)
 #[tokio::test]
-async fn the_pods_meet_the_restricted_pod_security_standard() {
+async fn every_pod_template_is_admitted_by_restricted_pod_security_enforcement() {
     let _logs = cp().logs_on_failure();
     let stderr = &installed().await.apply_stderr;
     assert!(!stderr.contains("PodSecurity"), "{stderr}");
-    // The namespace does warn: a privileged pod template is reported.
-    let (ok, _, stderr) = kubectl(
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: loose, namespace: tunnel-gateway-system}\n\
-             spec:\n  selector: {matchLabels: {app: loose}}\n  template:\n    metadata: {labels: {app: loose}}\n    \
-             spec:\n      containers:\n      - {name: c, image: example/c:1, securityContext: {privileged: true}}\n",
-        ),
-    )
-    .await;
-    assert!(ok, "{stderr}");
-    assert!(
-        stderr.contains("would violate PodSecurity \"restricted"),
-        "{stderr}"
+    let ns: Value =
+        serde_json::from_str(&kubectl_ok(&["get", "namespace", NAMESPACE, "-o", "json"]).await)
+            .unwrap();
+    let labels = &ns["metadata"]["labels"];
+    assert_eq!(
+        labels["pod-security.kubernetes.io/enforce"], "restricted",
+        "{labels}"
     );
+    assert_eq!(
+        labels["pod-security.kubernetes.io/enforce-version"], "latest",
+        "{labels}"
+    );
+
+    let objects = rendered().await;
+    let workloads: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("Deployment" | "DaemonSet" | "StatefulSet")
+            )
+        })
+        .collect();
+    assert_eq!(workloads.len(), 2, "the controller and the shared plane");
+    for w in &workloads {
+        let name = w["metadata"]["name"].as_str().unwrap();
+        let template = &w["spec"]["template"];
+        let (ok, stderr) = dry_run_pod(&format!("{name}-psa"), template).await;
+        assert!(ok, "a Pod of {name}'s template was refused: {stderr}");
+        for c in template["spec"]["containers"].as_array().unwrap() {
+            let r = &c["resources"];
+            for q in ["requests", "limits"] {
+                assert!(
+                    r[q]["cpu"].is_string() && r[q]["memory"].is_string(),
+                    "{name}/{}: {q}",
+                    c["name"]
+                );
+            }
+        }
+    }
+
+    // Each single loosening is refused, naming the check it fails.
+    let controller = find(&objects, "Deployment", "tunnel-gateway-controller");
+    // (privileged with allowPrivilegeEscalation false is invalid before admission is asked.)
+    for (field, value, check) in [
+        (
+            "privileged",
+            serde_json::json!(true),
+            "privileged (container",
+        ),
+        (
+            "allowPrivilegeEscalation",
+            serde_json::json!(true),
+            "allowPrivilegeEscalation != false",
+        ),
+        (
+            "capabilities",
+            serde_json::json!({"add": ["NET_ADMIN"], "drop": ["ALL"]}),
+            "unrestricted capabilities",
+        ),
+        ("runAsUser", serde_json::json!(0), "runAsUser=0"),
+        (
+            "seccompProfile",
+            serde_json::json!({"type": "Unconfined"}),
+            "seccompProfile",
+        ),
+    ] {
+        let mut template = controller["spec"]["template"].clone();
+        let sc = &mut template["spec"]["containers"][0]["securityContext"];
+        sc[field] = value;
+        if field == "privileged" {
+            sc["allowPrivilegeEscalation"] = true.into();
+        }
+        let (ok, stderr) = dry_run_pod("loosened", &template).await;
+        assert!(!ok, "{field} loosened was admitted");
+        assert!(
+            stderr.contains("violates PodSecurity \"restricted:latest\"") && stderr.contains(check),
+            "{field}: {stderr}"
+        );
+    }
 }
 
 /// Every object `kubectl kustomize` renders.
@@ -530,6 +617,7 @@ const DEDICATED_PLANE: &[&str] = &[
     "services",
     "networkpolicies.networking.k8s.io",
     "horizontalpodautoscalers.autoscaling",
+    "poddisruptionbudgets.policy",
 ];
 
 /// Every API call of the controller, as `kubectl auth can-i` arguments.

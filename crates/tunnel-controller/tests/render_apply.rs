@@ -1,9 +1,17 @@
 //! The rendered plane against a real API server: it is accepted as rendered, every field the
 //! controller sets reads back with the same value (so comparing rendered with live finds drift
-//! only where someone changed the object), and applying it again changes nothing.
+//! only where someone changed the object), and applying it again changes nothing. The namespace
+//! enforces the `restricted` Pod Security Standard, and the API server's PodSecurity admission
+//! admits a Pod made of each rendered pod template.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use test_cluster::{ClusterSpec, ControlPlane};
 use tunnel_controller::api::{GatewayConfig, GatewayConfigSpec};
@@ -62,6 +70,7 @@ fn documents(r: &Rendered) -> Vec<Value> {
         serde_json::to_value(&r.network_policy).unwrap(),
     ];
     docs.extend(r.hpa.as_ref().map(|h| serde_json::to_value(h).unwrap()));
+    docs.extend(r.pdb.as_ref().map(|p| serde_json::to_value(p).unwrap()));
     docs.extend(
         r.generated_auth_secret
             .as_ref()
@@ -101,6 +110,16 @@ async fn the_api_server_stores_the_rendered_plane_as_rendered_and_a_second_apply
         .kubectl_ok(&["create", "namespace", NAMESPACE])
         .await
         .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "label",
+            "namespace",
+            NAMESPACE,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ])
+        .await
+        .unwrap();
     let client = cluster.client().await.unwrap();
 
     let planes = [
@@ -120,9 +139,17 @@ async fn the_api_server_stores_the_rendered_plane_as_rendered_and_a_second_apply
             &inputs(),
         )
         .unwrap(),
+        render(
+            &gateway("single"),
+            &config(json!({"tunnelTokenSecretRef": {"name": "t"}, "replicas": 1})),
+            &inputs(),
+        )
+        .unwrap(),
     ];
     let mut applied = 0;
     for plane in &planes {
+        let name = plane.deployment.metadata.name.clone().unwrap();
+        admitted_as_a_pod(&client, &name, &plane.deployment).await;
         for doc in documents(plane) {
             let kind = doc["kind"].as_str().unwrap().to_owned();
             let first = test_cluster::manifests::apply_value(&client, doc.clone(), NAMESPACE)
@@ -143,7 +170,70 @@ async fn the_api_server_stores_the_rendered_plane_as_rendered_and_a_second_apply
         }
     }
     assert_eq!(
-        applied, 8,
-        "fixed: Deployment, Service, NetworkPolicy, generated Secret; autoscaled: the same with an HPA instead of the Secret"
+        applied, 14,
+        "fixed (3 replicas): Deployment, Service, NetworkPolicy, PDB, generated Secret; autoscaled (min 2): the same with an HPA instead of the Secret; single (1 replica): Deployment, Service, NetworkPolicy, Secret, no PDB"
     );
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut names: Vec<_> = budgets.items.iter().map(|p| p.name_any()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [planes[1].deployment.name_any(), "cf-proxy-fixed".to_owned()],
+        "a budget for each plane of two or more pods, none for the single pod"
+    );
+
+    // The check can fail: the same template with root allowed is refused.
+    let mut loose = planes[0].deployment.clone();
+    let template = &mut loose.spec.as_mut().unwrap().template;
+    template.spec.as_mut().unwrap().containers[1]
+        .security_context
+        .as_mut()
+        .unwrap()
+        .run_as_user = Some(0);
+    let refused = dry_run_pod(&client, "loose", template).await.unwrap_err();
+    assert!(
+        refused.contains("violates PodSecurity \"restricted:latest\"")
+            && refused.contains("runAsUser=0 (container \"cloudflared\""),
+        "{refused}"
+    );
+}
+
+/// A Pod of `template`'s spec, created with a server-side dry run: Err with the API server's
+/// message when refused.
+async fn dry_run_pod(
+    client: &kube::Client,
+    name: &str,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+) -> Result<(), String> {
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-psa")),
+            namespace: Some(NAMESPACE.to_owned()),
+            labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone(),
+        status: None,
+    };
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .create(&params, &pod)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The cluster creates no Pods (no node), so the proof is a dry-run Pod of the template: the
+/// PodSecurity admission enforces on Pods, and only warns about Deployments.
+async fn admitted_as_a_pod(client: &kube::Client, name: &str, deployment: &Deployment) {
+    let template = &deployment.spec.as_ref().unwrap().template;
+    if let Err(e) = dry_run_pod(client, name, template).await {
+        panic!("a Pod of {name}'s template was refused: {e}");
+    }
 }

@@ -1,5 +1,6 @@
 //! Dedicated planes in the cluster (TG-7): each served Gateway's rendered objects are
-//! server-side applied, re-applied when the render changes or someone else changes the live
+//! server-side applied (the PodDisruptionBudget only while the render has one: it is deleted
+//! when the plane is scaled to one pod), re-applied when the render changes or someone else changes the live
 //! object (drift), and removed when the Gateway is refused or drops its parametersRef.
 //!
 //! The ownership guard is here: an object at a rendered name that does not carry this Gateway's
@@ -16,6 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -155,6 +157,15 @@ impl Provisioner {
                     .await?
             }
         }
+        match &rendered.pdb {
+            Some(pdb) => {
+                self.ensure(gw, pdb, &snap.pdbs).await?;
+            }
+            None => {
+                self.delete_owned::<PodDisruptionBudget>(gw, &names.deployment, &snap.pdbs)
+                    .await?
+            }
+        }
         if created {
             notices.push(Notice {
                 object: gw.object_ref(&()),
@@ -243,6 +254,8 @@ impl Provisioner {
         self.delete_owned::<Deployment>(gw, &names.deployment, &snap.deployments)
             .await?;
         self.delete_owned::<HorizontalPodAutoscaler>(gw, &names.deployment, &snap.hpas)
+            .await?;
+        self.delete_owned::<PodDisruptionBudget>(gw, &names.deployment, &snap.pdbs)
             .await?;
         self.delete_owned::<NetworkPolicy>(gw, &names.network_policy, &snap.network_policies)
             .await?;

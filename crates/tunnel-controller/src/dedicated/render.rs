@@ -1,8 +1,13 @@
 //! A Gateway's dedicated data plane as Kubernetes objects (TG-7): the proxy Deployment
 //! (`cf-proxy-<gw>`: the proxy beside a stock `cloudflared`), the headless config Service
 //! (`cf-proxy-<gw>-config`), the NetworkPolicy that admits the config API only from the
-//! controller, the HPA when autoscaling is set, and the generated config-API token Secret when
-//! the GatewayConfig brings none.
+//! controller, the HPA when autoscaling is set, the PodDisruptionBudget when the plane runs more
+//! than one pod, and the generated config-API token Secret when the GatewayConfig brings none.
+//!
+//! The pods meet the `restricted` Pod Security Standard (both containers: non-root with a
+//! numeric UID/GID, read-only root filesystem, no privilege escalation, every capability dropped,
+//! RuntimeDefault seccomp) and carry requests and limits, so a plane can be rendered into a
+//! namespace that enforces `restricted`.
 //!
 //! [`render`] is pure: the same inputs give the same objects, and every field the API server
 //! would otherwise default is written out, so the objects can be compared with what is live and
@@ -31,6 +36,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -111,6 +117,10 @@ pub struct Rendered {
     pub network_policy: NetworkPolicy,
     /// Present when the GatewayConfig sets `autoscaling`.
     pub hpa: Option<HorizontalPodAutoscaler>,
+    /// Present when the plane never runs fewer than two pods (`replicas`, or the HPA's
+    /// `minReplicas`, above one): at most one pod evicted at a time. With one pod a budget
+    /// would either block every drain or protect nothing, so there is none.
+    pub pdb: Option<PodDisruptionBudget>,
     /// Present when the GatewayConfig has no `authTokenSecretRef`: create it if absent, never
     /// update it.
     pub generated_auth_secret: Option<Secret>,
@@ -267,6 +277,10 @@ pub fn render(
     );
 
     let autoscaling = config.spec.autoscaling.as_ref();
+    let min_pods = match autoscaling {
+        Some(a) => hpa_min_replicas(a),
+        None => config.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
+    };
     let deployment = Deployment {
         metadata: meta(&names.deployment),
         spec: Some(DeploymentSpec {
@@ -301,12 +315,14 @@ pub fn render(
     let config_service = config_service(meta(&names.config_service), &selector);
     let network_policy = network_policy(meta(&names.network_policy), &selector, inputs);
     let hpa = autoscaling.map(|a| hpa(meta(&names.deployment), &names.deployment, a));
+    let pdb = (min_pods > 1).then(|| pdb(meta(&names.deployment), &selector));
 
     Ok(Rendered {
         deployment,
         config_service,
         network_policy,
         hpa,
+        pdb,
         generated_auth_secret,
     })
 }
@@ -436,11 +452,7 @@ fn hpa(metadata: ObjectMeta, deployment: &str, a: &Autoscaling) -> HorizontalPod
                 kind: "Deployment".to_owned(),
                 name: deployment.to_owned(),
             },
-            min_replicas: Some(
-                a.min_replicas
-                    .unwrap_or(DEFAULT_REPLICAS)
-                    .min(a.max_replicas),
-            ),
+            min_replicas: Some(hpa_min_replicas(a)),
             max_replicas: a.max_replicas,
             metrics: Some(vec![MetricSpec {
                 type_: "Pods".to_owned(),
@@ -462,6 +474,29 @@ fn hpa(metadata: ObjectMeta, deployment: &str, a: &Autoscaling) -> HorizontalPod
             }]),
             behavior: None,
         },
+        status: None,
+    }
+}
+
+fn hpa_min_replicas(a: &Autoscaling) -> i32 {
+    a.min_replicas
+        .unwrap_or(DEFAULT_REPLICAS)
+        .min(a.max_replicas)
+}
+
+/// One pod of the plane may be evicted at a time (a drain proceeds, a rollout's surge pod is
+/// not counted against it). A pod that is not Ready may always be evicted
+/// (`unhealthyPodEvictionPolicy: AlwaysAllow`): it serves nothing, and a plane whose connector
+/// cannot register must not hold a node drain hostage.
+fn pdb(metadata: ObjectMeta, selector: &BTreeMap<String, String>) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            min_available: None,
+            selector: Some(match_labels(selector.clone())),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
+        }),
         status: None,
     }
 }
@@ -697,6 +732,7 @@ mod tests {
             &r.network_policy.metadata,
         ];
         v.extend(r.hpa.as_ref().map(|h| &h.metadata));
+        v.extend(r.pdb.as_ref().map(|p| &p.metadata));
         v.extend(r.generated_auth_secret.as_ref().map(|s| &s.metadata));
         v
     }
@@ -837,8 +873,8 @@ mod tests {
         let r = ok(&gw, &cfg, &inputs());
         assert_eq!(
             all_meta(&r).len(),
-            5,
-            "Deployment, Service, NetworkPolicy, HPA, Secret"
+            6,
+            "Deployment, Service, NetworkPolicy, HPA, PDB, Secret"
         );
         for meta in all_meta(&r).into_iter().chain([pod_meta(&r)]) {
             let labels = meta.labels.as_ref().unwrap();
@@ -1055,6 +1091,41 @@ mod tests {
     }
 
     #[test]
+    fn a_disruption_budget_exists_exactly_when_the_plane_never_runs_fewer_than_two_pods() {
+        let budget = |spec: serde_json::Value| ok(&edge(), &config(spec), &inputs()).pdb;
+        let t = json!({"name": "t"});
+        let pdb = budget(json!({"tunnelTokenSecretRef": t})).expect("default: two replicas");
+        assert_eq!(pdb.metadata.name.as_deref(), Some("cf-proxy-edge"));
+        let spec = pdb.spec.unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(spec.min_available, None);
+        assert_eq!(
+            spec.unhealthy_pod_eviction_policy.as_deref(),
+            Some("AlwaysAllow")
+        );
+        let r = ok(&edge(), &plain_config(), &inputs());
+        assert_eq!(
+            spec.selector.as_ref(),
+            Some(&r.deployment.spec.as_ref().unwrap().selector),
+            "the budget selects exactly the plane's pods"
+        );
+        assert!(budget(json!({"tunnelTokenSecretRef": t, "replicas": 3})).is_some());
+        assert!(budget(json!({"tunnelTokenSecretRef": t, "replicas": 1})).is_none());
+        let scaled =
+            |a: serde_json::Value| budget(json!({"tunnelTokenSecretRef": t, "autoscaling": a}));
+        assert!(scaled(json!({"maxReplicas": 5, "targetInflightPerPod": 50})).is_some());
+        assert!(
+            scaled(json!({"minReplicas": 1, "maxReplicas": 5, "targetInflightPerPod": 50}))
+                .is_none(),
+            "the HPA may scale to one pod"
+        );
+        assert!(
+            scaled(json!({"maxReplicas": 1, "targetInflightPerPod": 50})).is_none(),
+            "minReplicas is capped by maxReplicas"
+        );
+    }
+
+    #[test]
     fn without_an_auth_token_ref_the_controller_generates_the_token_secret_and_wires_the_proxy_to_it()
      {
         let r = ok(&edge(), &plain_config(), &inputs());
@@ -1176,11 +1247,29 @@ mod tests {
         let psc = pod.security_context.as_ref().unwrap();
         assert_eq!(psc.run_as_non_root, Some(true));
         assert_eq!(
+            psc.run_as_user,
+            Some(65532),
+            "numeric: the image's user may be a name"
+        );
+        assert_eq!(psc.run_as_group, Some(65532));
+        assert_eq!(
             psc.seccomp_profile.as_ref().unwrap().type_,
             "RuntimeDefault"
         );
         assert_eq!(pod.containers.len(), 2);
         for c in &pod.containers {
+            let resources = c.resources.as_ref().unwrap();
+            for (what, q) in [
+                ("requests", &resources.requests),
+                ("limits", &resources.limits),
+            ] {
+                let q = q.as_ref().unwrap();
+                assert!(
+                    q.contains_key("cpu") && q.contains_key("memory"),
+                    "{} {what}",
+                    c.name
+                );
+            }
             let sc = c.security_context.as_ref().unwrap();
             assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
             assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);

@@ -78,13 +78,18 @@ async fn wait_event(ns: &str, what: &str, needle: &str) {
     .await;
 }
 
-/// Namespace, backend Service, token Secret, GatewayConfig `cfg` and the Gateway `gw` opting in.
+/// Namespace (enforcing the `restricted` Pod Security Standard, as a tenant's may), backend
+/// Service, token Secret, GatewayConfig `cfg` and the Gateway `gw` opting in.
 async fn dedicated_gateway(ns: &str, gw: &str, token: &str, backend_port: u16) {
     apply(&format!(
         r#"
 apiVersion: v1
 kind: Namespace
-metadata: {{name: {ns}}}
+metadata:
+  name: {ns}
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/enforce-version: latest
 ---
 apiVersion: v1
 kind: Secret
@@ -293,6 +298,24 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
         deploy["spec"]["template"]["spec"]["automountServiceAccountToken"],
         false
     );
+    // The namespace enforces `restricted`: a Pod of the rendered template is admitted (no node
+    // here creates the Deployment's Pods, so a dry-run Pod is the check).
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "plane-psa", "namespace": ns},
+        "spec": deploy["spec"]["template"]["spec"],
+    });
+    cluster()
+        .kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], &pod.to_string())
+        .await
+        .unwrap_or_else(|e| panic!("the plane's pod is refused under restricted: {e}"));
+    // Two replicas: at most one evicted at a time.
+    let pdb = get_json(&["poddisruptionbudget", "cf-proxy-gw", "-n", &ns]).await;
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{pdb}");
+    assert_eq!(
+        pdb["metadata"]["ownerReferences"][0]["uid"],
+        gw["metadata"]["uid"]
+    );
     let svc = get_json(&["service", "cf-proxy-gw-config", "-n", &ns]).await;
     assert_eq!(svc["spec"]["clusterIP"], "None");
     assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
@@ -387,6 +410,33 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     kubectl(&["delete", "networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
     wait_exists("networkpolicy", &ns, "cf-proxy-gw-netpol", true).await;
 
+    // Scaled to one pod the budget goes (it would block every drain), and comes back at two.
+    let replicas = |n: u32| format!("{{\"spec\":{{\"replicas\":{n}}}}}");
+    kubectl(&[
+        "patch",
+        "gatewayconfig",
+        "cfg-gw",
+        "-n",
+        &ns,
+        "--type=merge",
+        "-p",
+        &replicas(1),
+    ])
+    .await;
+    wait_exists("poddisruptionbudget", &ns, "cf-proxy-gw", false).await;
+    kubectl(&[
+        "patch",
+        "gatewayconfig",
+        "cfg-gw",
+        "-n",
+        &ns,
+        "--type=merge",
+        "-p",
+        &replicas(2),
+    ])
+    .await;
+    wait_exists("poddisruptionbudget", &ns, "cf-proxy-gw", true).await;
+
     // Removing parametersRef removes the plane; the Gateway moves to the shared plane.
     apply(&gateway_yaml(&ns, "gw", false)).await;
     eventually("the plane is removed", WAIT, || async {
@@ -394,8 +444,9 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
             exists("deployment", &ns, "cf-proxy-gw").await,
             exists("service", &ns, "cf-proxy-gw-config").await,
             exists("networkpolicy", &ns, "cf-proxy-gw-netpol").await,
+            exists("poddisruptionbudget", &ns, "cf-proxy-gw").await,
         ];
-        (left == [false; 3])
+        (left == [false; 4])
             .then_some(())
             .ok_or_else(|| format!("{left:?}"))
     })

@@ -263,6 +263,7 @@ fn snapshot(case: Case) -> Snapshot {
         deployments: arcs(case.deployments),
         network_policies: Vec::new(),
         hpas: Vec::new(),
+        pdbs: Vec::new(),
     }
 }
 
