@@ -9,6 +9,7 @@
 //! server next to it pays.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,15 @@ pub trait Handler: Send + Sync + 'static {
         peer: Option<Arc<PeerChain>>,
         req: http::Request<CallerBody>,
     ) -> impl Future<Output = http::Response<Self::Body>> + Send;
+}
+
+/// Boxes the future `make` returns, allocating first: `Box::pin(make())` builds the future on
+/// the stack and copies all of it into the box (several KB for the request path, where only its
+/// captured arguments are set), because the allocation between the two may fail while the
+/// future exists. With the box already there, the optimiser writes the arguments in place.
+fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let slot = Box::<F>::new_uninit();
+    Box::into_pin(Box::write(slot, make()))
 }
 
 /// Concurrent HTTP/2 streams per connection: the aggregator opens one per watch.
@@ -181,7 +191,7 @@ pub async fn serve<H: Handler>(
                     // Boxed: an HTTP/2 stream's task is as large as its largest state, and a
                     // watch stays in the body state for hours; the request path's future is
                     // freed once it has answered.
-                    Box::pin(async move {
+                    boxed_in_place(move || async move {
                         Ok::<_, std::convert::Infallible>(
                             ctx.handle(peer, req.map(CallerBody::new)).await,
                         )

@@ -56,7 +56,10 @@ const CHUNKED_LIMITS: ChunkedLimits = ChunkedLimits {
 /// Connections closed under a request before it could be answered, before the request fails.
 const ATTEMPTS: usize = 3;
 
-type Io = TlsStream<TcpStream>;
+/// Boxed: a TLS stream is large (rustls' connection state), and a request's future holds the
+/// connection across its awaits and moves it in and out of the idle lists; a pointer keeps those
+/// moves (and the future) small.
+type Io = Box<TlsStream<TcpStream>>;
 
 struct Idle<C> {
     io: C,
@@ -192,7 +195,7 @@ impl Exchanges {
 /// even when the request that started it goes away.
 async fn dial_to_the_end(dial: Dial) -> Result<Io, SendError> {
     match tokio::spawn(dial).await {
-        Ok(dialled) => dialled.map_err(SendError::Dial),
+        Ok(dialled) => dialled.map(Box::new).map_err(SendError::Dial),
         Err(e) => Err(SendError::Dial(DialError {
             timeout: false,
             message: format!("dial task: {e}"),

@@ -324,7 +324,9 @@ impl TargetClient {
                 uri.path_and_query = Some(path_and_query.clone());
                 let mut req = req.clone();
                 *req.uri_mut() = Uri::from_parts(uri).map_err(|_| invalid())?;
-                inner.pool.send(&pick.addr, req, || dial(&inner.tls)).await
+                // Boxed: the HTTP/2 send is much larger than the HTTP/1.1 exchange, and would
+                // size every request's future (watches start rarely).
+                Box::pin(inner.pool.send(&pick.addr, req, || dial(&inner.tls))).await
             }
         };
         // A half-open trial may ride on a pooled connection (no dial to observe): the request's
