@@ -38,33 +38,10 @@ pub fn routed_path(path: &str, group: &str, version: &str, resources: &Resources
 
 /// What is left of `doc` for the routed `resources` of `group`/`version`.
 pub fn filter(doc: &Value, group: &str, version: &str, resources: &Resources) -> Value {
-    let paths: Map<String, Value> = doc["paths"]
-        .as_object()
-        .map(|paths| {
-            paths
-                .iter()
-                .filter(|(path, _)| routed_path(path, group, version, resources))
-                .map(|(path, item)| (path.clone(), item.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-
-    // Follow `$ref`s from the kept paths through definitions and parameters until no new one
-    // turns up.
-    let mut wanted: Vec<(Section, String)> = Vec::new();
-    for item in paths.values() {
-        refs(item, &mut wanted);
-    }
-    let mut kept: BTreeSet<(Section, String)> = BTreeSet::new();
-    while let Some(reference) = wanted.pop() {
-        if kept.contains(&reference) {
-            continue;
-        }
-        if let Some(found) = doc[reference.0.key()].get(&reference.1) {
-            refs(found, &mut wanted);
-            kept.insert(reference);
-        }
-    }
+    let paths = routed_paths(doc, group, version, resources);
+    let kept = reachable(&paths, refs, |(section, name): &(Section, String)| {
+        doc[section.key()].get(name)
+    });
     let section = |s: Section| -> Map<String, Value> {
         kept.iter()
             .filter(|(k, _)| *k == s)
@@ -88,6 +65,51 @@ pub fn filter(doc: &Value, group: &str, version: &str, resources: &Resources) ->
         }
     }
     out
+}
+
+/// The entries of `doc["paths"]` that address the routed `resources` of `group`/`version` (the
+/// same in OpenAPI v2 and v3).
+pub(super) fn routed_paths(
+    doc: &Value,
+    group: &str,
+    version: &str,
+    resources: &Resources,
+) -> Map<String, Value> {
+    doc["paths"]
+        .as_object()
+        .map(|paths| {
+            paths
+                .iter()
+                .filter(|(path, _)| routed_path(path, group, version, resources))
+                .map(|(path, item)| (path.clone(), item.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every reference reachable from `paths`: `refs` collects the references one value makes,
+/// `lookup` finds what a reference names; followed until no new one turns up. A reference to
+/// nothing is not kept.
+pub(super) fn reachable<'a, K: Ord + Clone>(
+    paths: &Map<String, Value>,
+    refs: fn(&Value, &mut Vec<K>),
+    lookup: impl Fn(&K) -> Option<&'a Value>,
+) -> BTreeSet<K> {
+    let mut wanted: Vec<K> = Vec::new();
+    for item in paths.values() {
+        refs(item, &mut wanted);
+    }
+    let mut kept = BTreeSet::new();
+    while let Some(reference) = wanted.pop() {
+        if kept.contains(&reference) {
+            continue;
+        }
+        if let Some(found) = lookup(&reference) {
+            refs(found, &mut wanted);
+            kept.insert(reference);
+        }
+    }
+    kept
 }
 
 /// The document served when the target's cannot be had and none was seen before: valid and

@@ -4,42 +4,19 @@
 //! sibling kind's schema is not served. The root listing's hash is the target's, mixed with the
 //! routed resources, so a client's cache of a document filtered for other resources is not used.
 
-use std::collections::BTreeSet;
-
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::openapi_v2::routed_path;
+use super::openapi_v2::{reachable, routed_paths};
 use crate::config::Resources;
 
 /// What is left of the group/version document `doc` for the routed `resources`.
 pub fn filter(doc: &Value, group: &str, version: &str, resources: &Resources) -> Value {
     let mut out = doc.clone();
-    let paths: Map<String, Value> = doc["paths"]
-        .as_object()
-        .map(|paths| {
-            paths
-                .iter()
-                .filter(|(path, _)| routed_path(path, group, version, resources))
-                .map(|(path, item)| (path.clone(), item.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-
-    let mut wanted: Vec<(String, String)> = Vec::new();
-    for item in paths.values() {
-        refs(item, &mut wanted);
-    }
-    let mut kept: BTreeSet<(String, String)> = BTreeSet::new();
-    while let Some(reference) = wanted.pop() {
-        if kept.contains(&reference) {
-            continue;
-        }
-        if let Some(found) = doc["components"][&reference.0].get(&reference.1) {
-            refs(found, &mut wanted);
-            kept.insert(reference);
-        }
-    }
+    let paths = routed_paths(doc, group, version, resources);
+    let kept = reachable(&paths, refs, |(section, name): &(String, String)| {
+        doc["components"][section].get(name)
+    });
     if let Some(components) = doc["components"].as_object() {
         let filtered: Map<String, Value> = components
             .iter()
