@@ -32,6 +32,7 @@ const CONNECTOR_PORT: u16 = 7844;
 const NODE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 const API_TOKEN: &str = "on-node-api-token";
 const HOSTNAME: &str = "echo.on-node.example.com";
+const TENANT_HOSTNAME: &str = "a.on-node.example.com";
 
 /// A binary of this workspace built next to the controller (cargo puts every package's bins
 /// in one directory).
@@ -428,5 +429,142 @@ spec:
     assert!(
         echo_pods.iter().any(|p| body.contains(&format!("\"{p}\""))),
         "answered by none of {echo_pods:?}: {body}"
+    );
+
+    // A dedicated plane: tenant-a's Gateway with a GatewayConfig on its own tunnel gets
+    // `cf-proxy-a` Pods (the real proxy and the connector stand-in, as the controller renders
+    // them), and tenant-a's hostname is answered by tenant-a's backend Pod.
+    let tenant_tunnel = double.add_tunnel(&account, "tenant-a").unwrap();
+    apply(
+        cluster,
+        &format!(
+            r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: tenant-a}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: tunnel-a, namespace: tenant-a}}
+stringData: {{tunnel-token: "{token}"}}
+---
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayConfig
+metadata: {{name: cfg-a, namespace: tenant-a}}
+spec:
+  tunnelTokenSecretRef: {{name: tunnel-a}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: backend, namespace: tenant-a}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: backend}}}}
+  template:
+    metadata: {{labels: {{app: backend}}}}
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: backend, namespace: tenant-a}}
+spec:
+  selector: {{app: backend}}
+  ports: [{{port: 8080, targetPort: 3000}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: a, namespace: tenant-a}}
+spec:
+  gatewayClassName: cloudflare-tunnel
+  infrastructure:
+    parametersRef: {{group: cf.k8s.lex.la, kind: GatewayConfig, name: cfg-a}}
+  listeners:
+  - {{name: http, protocol: HTTP, port: 80}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: a, namespace: tenant-a}}
+spec:
+  parentRefs: [{{name: a}}]
+  hostnames: ["{TENANT_HOSTNAME}"]
+  rules:
+  - backendRefs: [{{name: backend, port: 8080}}]
+"#,
+            token = tenant_tunnel.token
+        ),
+    )
+    .await;
+    wait(
+        cluster,
+        "tenant-a",
+        "deployment/backend",
+        "condition=Available",
+        "120s",
+    )
+    .await;
+    wait(
+        cluster,
+        "tenant-a",
+        "deployment/cf-proxy-a",
+        "condition=Available",
+        "180s",
+    )
+    .await;
+    let plane = json(
+        cluster,
+        &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"],
+    )
+    .await;
+    let images: Vec<&str> = plane["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["image"].as_str().unwrap())
+        .collect();
+    assert!(
+        images.contains(&PROXY_IMAGE) && images.contains(&CONNECTOR_IMAGE),
+        "{images:?}"
+    );
+    let backends: Vec<String> = json(
+        cluster,
+        &["-n", "tenant-a", "get", "pods", "-l", "app=backend"],
+    )
+    .await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let body = until_status(edge, TENANT_HOSTNAME, 200, Duration::from_secs(120)).await;
+    assert!(
+        backends.iter().any(|p| body.contains(&format!("\"{p}\""))),
+        "answered by none of {backends:?}: {body}"
+    );
+    assert!(body.contains("\"tenant-a\""), "{body}");
+    assert!(double.live_connections(&tenant_tunnel.tunnel_id) >= 1);
+    // Its hostname is in its own tunnel's document only, never in the shared plane's.
+    let shared_doc = double
+        .configuration(&account, &tunnel.tunnel_id)
+        .unwrap()
+        .0
+        .expect("the shared tunnel's document");
+    assert!(
+        !shared_doc.to_string().contains(TENANT_HOSTNAME),
+        "{shared_doc}"
+    );
+    let tenant_doc = double
+        .configuration(&account, &tenant_tunnel.tunnel_id)
+        .unwrap()
+        .0
+        .expect("tenant-a's tunnel document");
+    assert!(
+        tenant_doc.to_string().contains(TENANT_HOSTNAME),
+        "{tenant_doc}"
     );
 }
