@@ -567,4 +567,72 @@ spec:
         tenant_doc.to_string().contains(TENANT_HOSTNAME),
         "{tenant_doc}"
     );
+
+    // Deleting one of the shared plane's two Pods under traffic: the connector unregisters at
+    // once and the proxy keeps serving through its grace period, so no request is lost (no
+    // 5xx, no broken connection). Known gap, measured and printed, not hidden: the replacement
+    // Pod's connector registers before the controller has pushed that Pod's first config, so
+    // the edge can send it a few requests its proxy answers `404 no matching route`.
+    let plane_pods = json(
+        cluster,
+        &[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=tunnel-proxy",
+        ],
+    )
+    .await;
+    let victim = plane_pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["metadata"].get("deletionTimestamp").is_none())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .expect("a running plane Pod");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let (mut ok, mut unconfigured, mut failed) = (0u32, 0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match edge_get(edge, HOSTNAME, "/during-roll").await {
+                    Ok((200, _)) => ok += 1,
+                    Ok((404, body)) if body == "no matching route\n" => unconfigured += 1,
+                    other => failed.push(format!("{other:?}")),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (ok, unconfigured, failed)
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    kubectl(
+        cluster,
+        &["-n", NS, "delete", "pod", &victim, "--wait=false"],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(150);
+    while cluster
+        .kubectl_ok(&["-n", NS, "get", "pod", &victim])
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "plane Pod {victim} still there"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, unconfigured, failed) = traffic.await.unwrap();
+    eprintln!(
+        "deleting plane Pod {victim}: {ok} requests answered, {unconfigured} answered 404 by a \
+         Pod without config yet, {} lost",
+        failed.len()
+    );
+    assert!(ok > 0);
+    assert!(failed.is_empty(), "lost during the roll: {failed:?}");
 }
