@@ -48,6 +48,7 @@ CLUSTER_TESTS = [
     "tunnel-controller:crds",
     "tunnel-controller:gateway_e2e",
     "tunnel-controller:install",
+    "tunnel-controller:on_node",
     "tunnel-controller:render_apply",
 ]
 
