@@ -3,6 +3,9 @@
 //!
 //! A worker owns everything of its Pod (the [`PodNetwork`], the [`ManagedProcess`]es), so
 //! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
+//!
+//! Starting, probing and restarting containers is here; [`stop`] stops them (hooks, signals, grace)
+//! and removes the Pod object; [`status`] writes what the node reports (status and Events).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -11,11 +14,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Event, LifecycleHandler, Pod};
-use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use super::probe::{self, Prober};
@@ -24,6 +25,12 @@ use super::{Context, now};
 use super::{crilog, env};
 use crate::netns::{GATEWAY, PodNetwork};
 use crate::process::ManagedProcess;
+
+mod status;
+mod stop;
+
+use status::state_json;
+use stop::delete_now;
 
 /// How often a worker looks at its processes.
 const POLL: Duration = Duration::from_millis(200);
@@ -758,306 +765,6 @@ impl Worker {
             self.event("Warning", "Failed", event).await;
         }
     }
-
-    /// SIGTERM to every running container, up to the grace period for them to exit, SIGKILL.
-    async fn terminate(&mut self) {
-        let grace = self
-            .pod
-            .metadata
-            .deletion_grace_period_seconds
-            .or_else(|| {
-                self.pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-            })
-            .unwrap_or(30)
-            .max(0);
-        let deadline = Instant::now() + Duration::from_secs(grace as u64);
-        for c in &mut self.containers {
-            c.restart_at = None;
-        }
-        // preStop hooks first, all containers at once, within the grace period.
-        let hooks: Vec<_> = self
-            .containers
-            .iter()
-            .filter(|c| matches!(c.state, State::Running { .. }))
-            .filter_map(|c| {
-                let hook = c.spec.lifecycle.as_ref()?.pre_stop.as_ref()?;
-                Some(self.run_hook(c, hook, "PreStopHook", deadline))
-            })
-            .collect();
-        let failures: Vec<String> = futures::future::join_all(hooks)
-            .await
-            .into_iter()
-            .filter_map(Result::err)
-            .collect();
-        for message in failures {
-            self.event("Warning", "FailedPreStopHook", &message).await;
-        }
-        for c in &mut self.containers {
-            if let State::Running { process, .. } = &mut c.state {
-                process.signal(Signal::SIGTERM);
-            }
-        }
-        if let Some(container) = self.containers.get(self.init_count) {
-            let message = format!("Stopping container {}", container.spec.name);
-            self.event("Normal", "Killing", &message).await;
-        }
-        loop {
-            let running = self.containers.iter_mut().any(|c| match &mut c.state {
-                State::Running { process, .. } => process.exited().is_none(),
-                _ => false,
-            });
-            if !running || Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        for c in &mut self.containers {
-            if let State::Running { process, .. } = &mut c.state {
-                process.kill();
-            }
-        }
-    }
-
-    /// Runs container `c`'s `hook` (sleep, exec, httpGet; `kind` names it in messages:
-    /// `PreStopHook`, `PostStartHook`) until it ends or `deadline`.
-    async fn run_hook(
-        &self,
-        c: &ContainerRun,
-        hook: &LifecycleHandler,
-        kind: &str,
-        deadline: Instant,
-    ) -> Result<(), String> {
-        let name = &c.spec.name;
-        let deadline = tokio::time::Instant::from_std(deadline);
-        if let Some(sleep) = &hook.sleep {
-            let until =
-                tokio::time::Instant::now() + Duration::from_secs(sleep.seconds.max(0) as u64);
-            tokio::time::sleep_until(until.min(deadline)).await;
-            Ok(())
-        } else if let Some(exec) = &hook.exec {
-            let argv = exec.command.clone().unwrap_or_default();
-            let Some((program, args)) = argv.split_first() else {
-                return Err(format!("{kind} for container {name}: empty exec command"));
-            };
-            let mut cmd = match &c.state {
-                // In the container's mount namespace, root and working directory.
-                State::Running { process, .. } if c.mount_ns => {
-                    let mut cmd = Command::new("nsenter");
-                    cmd.arg(format!("--target={}", process.pid()))
-                        .args(["--mount", "--root", "--wd", "--", program]);
-                    cmd
-                }
-                _ => Command::new(program),
-            };
-            cmd.args(args).env_clear().envs(c.env.iter().cloned());
-            if !c.cwd.as_os_str().is_empty() {
-                cmd.current_dir(&c.cwd);
-            }
-            let net = self.net.as_ref().ok_or("no network namespace")?;
-            let log = log_path(&self.context.dir, &self.namespace, &self.name, name);
-            let mut process = net
-                .spawn_piped(
-                    &format!("{}/{}/{name}/{kind}", self.namespace, self.name),
-                    cmd,
-                    &log,
-                )
-                .and_then(|mut p| crilog::capture(&mut p, &log).map(|()| p))
-                .map_err(|e| format!("{kind} for container {name} failed: {e}"))?;
-            loop {
-                if let Some(status) = process.exited() {
-                    return if status.success() {
-                        Ok(())
-                    } else {
-                        Err(format!("{kind} for container {name} failed: {status}"))
-                    };
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(format!(
-                        "{kind} for container {name} did not finish in time"
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        } else if let Some(http) = &hook.http_get {
-            let ip = self
-                .net
-                .as_ref()
-                .map(PodNetwork::ip)
-                .ok_or("no network namespace")?;
-            let probe = k8s_openapi::api::core::v1::Probe {
-                http_get: Some(http.clone()),
-                ..Default::default()
-            };
-            tokio::time::timeout_at(
-                deadline,
-                probe::once(&self.context.world, ip, &c.spec, &probe),
-            )
-            .await
-            .map_err(|_| format!("{kind} for container {name} did not finish in time"))?
-            .map_err(|e| format!("{kind} for container {name} failed: {e}"))
-        } else {
-            Err(format!(
-                "{kind} for container {name}: tcpSocket hooks are not supported"
-            ))
-        }
-    }
-
-    async fn report(&mut self) {
-        let status = self.status();
-        if self.reported.as_ref() == Some(&status) {
-            return;
-        }
-        let api: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        match api
-            .patch_status(
-                &self.name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-        {
-            Ok(_) => self.reported = Some(status),
-            Err(e) => tracing::warn!(pod = %self.name, error = %e, "reporting pod status"),
-        }
-    }
-
-    fn status(&self) -> Value {
-        let policy = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always");
-        let (inits, apps) = self.containers.split_at(self.init_count);
-        let initialized = inits.iter().all(ContainerRun::completed);
-        // An init container that failed and will not run again fails the Pod.
-        let init_failed = inits.iter().any(|c| {
-            c.restart_at.is_none()
-                && matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0)
-        });
-        let all_ready = initialized && !apps.is_empty() && apps.iter().all(ContainerRun::ready);
-        let terminated: Vec<i32> = apps
-            .iter()
-            .filter_map(|c| match c.state {
-                State::Terminated { exit_code, .. } if c.restart_at.is_none() => Some(exit_code),
-                _ => None,
-            })
-            .collect();
-        let all_done = !apps.is_empty() && terminated.len() == apps.len();
-        let phase = if init_failed {
-            "Failed"
-        } else if !initialized {
-            "Pending"
-        } else if all_done && policy != "Always" {
-            if terminated.iter().all(|code| *code == 0) {
-                "Succeeded"
-            } else {
-                "Failed"
-            }
-        } else if apps.iter().any(|c| c.ever_started) {
-            "Running"
-        } else {
-            "Pending"
-        };
-        let condition = |kind: &str, ok: bool| {
-            json!({"type": kind, "status": if ok { "True" } else { "False" },
-                   "lastTransitionTime": self.start_time})
-        };
-        let ip = self.pod_ip();
-        let statuses = |containers: &[ContainerRun]| -> Vec<Value> {
-            containers
-                .iter()
-                .map(|c| {
-                    let mut s = json!({
-                        "name": c.spec.name,
-                        "image": c.spec.image.clone().unwrap_or_default(),
-                        "imageID": "",
-                        "ready": c.ready(),
-                        "started": c.started(),
-                        "restartCount": c.restarts,
-                        "state": state_json(&c.state),
-                        "lastState": c.last.clone().unwrap_or_else(|| json!({})),
-                    });
-                    if let State::Running { process, .. } = &c.state {
-                        s["containerID"] = json!(format!("process://{}", process.pid()));
-                    }
-                    s
-                })
-                .collect()
-        };
-        let mut status = json!({
-            "phase": phase,
-            "hostIP": GATEWAY.to_string(),
-            "hostIPs": [{"ip": GATEWAY.to_string()}],
-            "startTime": self.start_time,
-            "conditions": [
-                condition("PodReadyToStartContainers", self.net.is_some()),
-                condition("Initialized", initialized),
-                condition("Ready", all_ready),
-                condition("ContainersReady", all_ready),
-                condition("PodScheduled", true),
-            ],
-            "containerStatuses": statuses(apps),
-        });
-        if !inits.is_empty() {
-            status["initContainerStatuses"] = json!(statuses(inits));
-        }
-        if !ip.is_empty() {
-            status["podIP"] = json!(ip);
-            status["podIPs"] = json!([{ "ip": ip }]);
-        }
-        status
-    }
-
-    async fn event(&self, kind: &str, reason: &str, message: &str) {
-        let api: Api<Event> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let now = now();
-        let event = json!({
-            "metadata": {"generateName": format!("{}.", self.name)},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": self.namespace,
-                               "name": self.name, "uid": self.uid},
-            "type": kind, "reason": reason, "message": message,
-            "source": {"component": "kubelet", "host": self.context.spec.name},
-            "reportingComponent": "kubelet", "reportingInstance": self.context.spec.name,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        });
-        let created = match serde_json::from_value::<Event>(event) {
-            Ok(event) => api.create(&PostParams::default(), &event).await.err(),
-            Err(e) => Some(kube::Error::SerdeError(e)),
-        };
-        if let Some(e) = created {
-            tracing::warn!(pod = %self.name, reason, error = %e, "recording an event");
-        }
-    }
-}
-
-fn state_json(state: &State) -> Value {
-    match state {
-        State::Waiting { reason, message } => {
-            json!({"waiting": {"reason": reason, "message": message}})
-        }
-        State::Running { started, .. } => json!({"running": {"startedAt": started}}),
-        State::Terminated {
-            exit_code,
-            signal,
-            started,
-            finished,
-        } => {
-            let mut t = json!({
-                "exitCode": exit_code,
-                "reason": if *exit_code == 0 { "Completed" } else { "Error" },
-                "startedAt": started,
-                "finishedAt": finished,
-            });
-            if let Some(signal) = signal {
-                t["signal"] = json!(signal);
-            }
-            json!({ "terminated": t })
-        }
-    }
 }
 
 /// The `kubernetes` Service's variables the kubelet gives every container; they point at the
@@ -1075,22 +782,4 @@ fn api_env() -> Vec<(String, String)> {
         (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
         (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
     ]
-}
-
-/// Removes the Pod object now that its containers are gone (grace 0, this very Pod only).
-async fn delete_now(context: &Context, namespace: &str, name: &str, uid: &str) {
-    let api: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-        Err(e) => tracing::warn!(%namespace, %name, error = %e, "deleting a terminated pod"),
-    }
 }
