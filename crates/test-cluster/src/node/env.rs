@@ -115,19 +115,16 @@ struct Sources<'a> {
 
 impl Sources<'_> {
     async fn secret(&self, name: &str, optional: bool) -> Result<BTreeMap<String, String>, String> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), self.namespace);
-        match api.get_opt(name).await {
-            Ok(Some(secret)) => {
-                let mut data: BTreeMap<String, String> = secret.string_data.unwrap_or_default();
-                for (k, v) in secret.data.unwrap_or_default() {
-                    data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
-                }
-                Ok(data)
-            }
-            Ok(None) if optional => Ok(BTreeMap::new()),
-            Ok(None) => Err(format!("secret \"{name}\" not found")),
-            Err(e) => Err(format!("reading secret \"{name}\": {e}")),
+        let Some(secret) =
+            source::<Secret>(self.client, self.namespace, "secret", name, optional).await?
+        else {
+            return Ok(BTreeMap::new());
+        };
+        let mut data: BTreeMap<String, String> = secret.string_data.unwrap_or_default();
+        for (k, v) in secret.data.unwrap_or_default() {
+            data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
         }
+        Ok(data)
     }
 
     async fn config_map(
@@ -135,13 +132,36 @@ impl Sources<'_> {
         name: &str,
         optional: bool,
     ) -> Result<BTreeMap<String, String>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), self.namespace);
-        match api.get_opt(name).await {
-            Ok(Some(cm)) => Ok(cm.data.unwrap_or_default()),
-            Ok(None) if optional => Ok(BTreeMap::new()),
-            Ok(None) => Err(format!("configmap \"{name}\" not found")),
-            Err(e) => Err(format!("reading configmap \"{name}\": {e}")),
-        }
+        let cm =
+            source::<ConfigMap>(self.client, self.namespace, "configmap", name, optional).await?;
+        Ok(cm.and_then(|cm| cm.data).unwrap_or_default())
+    }
+}
+
+/// Secret or ConfigMap `name` (`kind` in messages) of `namespace`, as the kubelet reads a source
+/// for the environment or a volume: missing is `None` when `optional`, else an error naming it.
+pub(super) async fn source<K>(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    optional: bool,
+) -> Result<Option<K>, String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match Api::<K>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(object)) => Ok(Some(object)),
+        Ok(None) if optional => Ok(None),
+        Ok(None) => Err(format!("{kind} \"{name}\" not found")),
+        Err(e) => Err(format!("reading {kind} \"{name}\": {e}")),
     }
 }
 

@@ -34,6 +34,8 @@ use kube::Api;
 use kube::api::PostParams;
 use nix::mount::MsFlags;
 
+use super::env::source;
+
 /// The mode of a projected file when the volume sets none (the API's default, 0644).
 const DEFAULT_MODE: i32 = 0o644;
 
@@ -299,26 +301,16 @@ async fn secret(
     name: &str,
     optional: bool,
 ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-    let namespace = sources
-        .pod
-        .metadata
-        .namespace
-        .as_deref()
-        .unwrap_or_default();
-    let api: Api<Secret> = Api::namespaced(sources.client.clone(), namespace);
-    match api.get_opt(name).await {
-        Ok(Some(secret)) => Ok(Some(
-            secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect(),
-        )),
-        Ok(None) if optional => Ok(None),
-        Ok(None) => Err(format!("secret {name:?} not found")),
-        Err(e) => Err(format!("reading secret {name:?}: {e}")),
-    }
+    let secret =
+        source::<Secret>(sources.client, namespace(sources), "secret", name, optional).await?;
+    Ok(secret.map(|secret| {
+        secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect()
+    }))
 }
 
 async fn config_map(
@@ -326,33 +318,38 @@ async fn config_map(
     name: &str,
     optional: bool,
 ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-    let namespace = sources
+    let cm = source::<ConfigMap>(
+        sources.client,
+        namespace(sources),
+        "configmap",
+        name,
+        optional,
+    )
+    .await?;
+    Ok(cm.map(|cm| {
+        let mut data: BTreeMap<String, Vec<u8>> = cm
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect();
+        data.extend(
+            cm.binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0)),
+        );
+        data
+    }))
+}
+
+fn namespace<'a>(sources: &Sources<'a>) -> &'a str {
+    sources
         .pod
         .metadata
         .namespace
         .as_deref()
-        .unwrap_or_default();
-    let api: Api<ConfigMap> = Api::namespaced(sources.client.clone(), namespace);
-    match api.get_opt(name).await {
-        Ok(Some(cm)) => {
-            let mut data: BTreeMap<String, Vec<u8>> = cm
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes()))
-                .collect();
-            data.extend(
-                cm.binary_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0)),
-            );
-            Ok(Some(data))
-        }
-        Ok(None) if optional => Ok(None),
-        Ok(None) => Err(format!("configmap {name:?} not found")),
-        Err(e) => Err(format!("reading configmap {name:?}: {e}")),
-    }
+        .unwrap_or_default()
 }
 
 /// The keys of a Secret or ConfigMap as files: all of them, or the `items` (a missing key is
