@@ -202,31 +202,40 @@ fn gateway_outcome(
     out
 }
 
-/// `Programmed` of a dedicated Gateway: True once its Deployment reports a ready replica.
+/// `Programmed` of a dedicated Gateway: True once its Deployment reports a ready replica (a Pod
+/// is Ready only with a config loaded and its connector registered); until then it says how far
+/// the Pods are, since their own status says why they wait.
 fn plane_programmed(gw: &Gateway, snap: &Snapshot) -> Verdict {
     let ns = gw.namespace().unwrap_or_default();
     let name = PlaneNames::for_gateway(&gw.name_any()).deployment;
-    let ready = snap
+    let deployment = snap
         .deployments
         .iter()
         .find(|d| d.namespace().as_deref() == Some(ns.as_str()) && d.name_any() == name)
-        .filter(|d| names::owned_by_gateway(&d.metadata, gw))
+        .filter(|d| names::owned_by_gateway(&d.metadata, gw));
+    let ready = deployment
         .and_then(|d| d.status.as_ref().and_then(|s| s.ready_replicas))
         .unwrap_or(0);
     if ready > 0 {
-        Verdict::ok(
+        return Verdict::ok(
             "Programmed",
             format!("the dedicated data plane {ns}/{name} has {ready} ready replica(s)"),
-        )
-    } else {
-        Verdict::fail(
-            "Programmed",
-            "Pending",
-            format!(
-                "waiting for a ready replica of the dedicated data plane Deployment {ns}/{name}"
-            ),
-        )
+        );
     }
+    let progress = match deployment.and_then(|d| d.spec.as_ref()) {
+        None => "it is not created yet".to_owned(),
+        Some(spec) => format!(
+            "0 of {} Pods ready; their status and Events say why",
+            spec.replicas.unwrap_or(1)
+        ),
+    };
+    Verdict::fail(
+        "Programmed",
+        "Pending",
+        format!(
+            "waiting for a ready replica of the dedicated data plane Deployment {ns}/{name}: {progress}"
+        ),
+    )
 }
 
 fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {

@@ -1,0 +1,472 @@
+//! What every test of this binary starts from: the Cloudflare double (API, edge and connector
+//! port on host loopback), a harness cluster with the node agent mapping the install's images to
+//! the built binaries, the double exposed inside the node's private network namespace, and the
+//! operator's part of the install done (namespace, Secrets, `kubectl apply -k
+//! deploy/tunnel-gateway`, the controller pointed at the double, the GatewayClassConfig). Also the
+//! helpers the tests act and look with: kubectl, requests through the edge, the controller's
+//! metrics read from inside the network namespace.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloudflare_double::{CloudflareDouble, Options, TokenScope, TunnelInfo};
+use serde_json::Value;
+use test_cluster::netns::World;
+use test_cluster::node::NodeSpec;
+use test_cluster::{Cluster, ClusterSpec, ControlPlane};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const NS: &str = "tunnel-gateway-system";
+/// The images as the kustomization writes them (its `images:` and the connector's image).
+pub const CONTROLLER_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-gateway-controller:0.1.0";
+pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0";
+pub const CONNECTOR_IMAGE: &str = "cloudflare/cloudflared:2025.11.1";
+/// Where the Pods find the double's API (the controller's `CF_API_URL`).
+const API_HOST: &str = "api.cloudflare-double.invalid";
+const API_PORT: u16 = 8787;
+/// The connector stand-in's default edge (`TUNNEL_EDGE`), port included.
+const EDGE_HOST: &str = "edge.cloudflare-double.invalid";
+const CONNECTOR_PORT: u16 = 7844;
+const NODE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
+const API_TOKEN: &str = "on-node-api-token";
+/// The controller's admin port (`/metrics`), as `deploy/` declares it.
+const CONTROLLER_ADMIN_PORT: u16 = 8080;
+/// The proxy's answer when it holds no route for a host (its config not pushed yet).
+pub const UNCONFIGURED: &str = "no matching route\n";
+
+/// One test's install; the cluster (and every Pod) stops when it is dropped.
+pub struct Install {
+    pub double: CloudflareDouble,
+    pub account: String,
+    /// The GatewayClass tunnel (the shared plane's).
+    pub tunnel: TunnelInfo,
+    /// The edge on host loopback.
+    pub edge: SocketAddr,
+    /// The node's private network namespace.
+    pub world: Arc<World>,
+    pub cp: ControlPlane,
+    /// Held for the test's life: one install at a time on this machine.
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// The tests of this binary each start a cluster with a node and a dozen Pods; run together they
+/// would compete for the CPU their timing assertions depend on.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl Install {
+    /// Starts the double and the cluster, does the operator's part of the install and waits for
+    /// the controller's rollout.
+    pub async fn start() -> Install {
+        let serial = SERIAL.lock().await;
+        test_cluster::install_crypto_provider();
+        let standin = sibling("cloudflared-standin", "cloudflare-double");
+        let proxy = sibling("tunnel-proxy", "tunnel-proxy");
+
+        // The Cloudflare double: API, edge and connector port on host loopback.
+        let double = CloudflareDouble::start_with(Options {
+            edge: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            connectors: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let account = double.add_account("on-node").unwrap();
+        let tunnel = double.add_tunnel(&account, "shared").unwrap();
+        double
+            .add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))
+            .unwrap();
+        let edge = double.edge_addr().unwrap();
+
+        let node = NodeSpec::new("kt-node")
+            .image(
+                CONTROLLER_IMAGE,
+                env!("CARGO_BIN_EXE_tunnel-gateway-controller"),
+            )
+            .image(PROXY_IMAGE, proxy)
+            .image(CONNECTOR_IMAGE, standin)
+            .image("echo-basic", test_cluster::echo_basic().unwrap())
+            .host(API_HOST, NODE_ADDR.into())
+            .host(EDGE_HOST, NODE_ADDR.into());
+        let cp = ControlPlane::builder()
+            .cluster(ClusterSpec::new("install").controller_manager().node(node))
+            .gateway_api()
+            .start()
+            .await
+            .unwrap();
+        let world = cp.cluster("install").node().unwrap().world().clone();
+        // The double inside the private namespace, relayed by this process (tasks end with the
+        // test's runtime).
+        for (port, host) in [
+            (API_PORT, double.base_url()),
+            (CONNECTOR_PORT, double.connector_addr().unwrap().to_string()),
+        ] {
+            let host: SocketAddr = host
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let world = world.clone();
+            tokio::spawn(async move {
+                if let Err(e) = world
+                    .expose(SocketAddr::from((NODE_ADDR, port)), host)
+                    .await
+                {
+                    panic!("exposing {host} at {NODE_ADDR}:{port}: {e}");
+                }
+            });
+        }
+        let install = Install {
+            double,
+            account,
+            tunnel,
+            edge,
+            world,
+            cp,
+            _serial: serial,
+        };
+        install.operator_part().await;
+        install
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        self.cp.cluster("install")
+    }
+
+    /// The operator's part (docs/tunnel-gateway.md): the namespace, the two Secrets, then the
+    /// kustomization, the controller pointed at the double, the GatewayClassConfig; then the
+    /// controller's rollout.
+    async fn operator_part(&self) {
+        let cluster = self.cluster();
+        let deploy = deploy_dir();
+        apply(
+            cluster,
+            &std::fs::read_to_string(deploy.join("namespace.yaml")).unwrap(),
+        )
+        .await;
+        apply(
+            cluster,
+            &format!(
+                r#"apiVersion: v1
+kind: Secret
+metadata: {{name: cloudflare-api-token, namespace: {NS}}}
+stringData: {{api-token: {API_TOKEN}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: cloudflare-tunnel-token, namespace: {NS}}}
+stringData: {{tunnel-token: {token}}}
+"#,
+                token = self.tunnel.token
+            ),
+        )
+        .await;
+        kubectl(cluster, &["apply", "-k", deploy.to_str().unwrap()]).await;
+        let api_url = format!("CF_API_URL=http://{API_HOST}:{API_PORT}/client/v4");
+        kubectl(
+            cluster,
+            &[
+                "-n",
+                NS,
+                "set",
+                "env",
+                "deployment/tunnel-gateway-controller",
+                &api_url,
+            ],
+        )
+        .await;
+        apply(
+            cluster,
+            &format!(
+                r#"apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayClassConfig
+metadata: {{name: cloudflare-tunnel}}
+spec:
+  tunnelID: {tunnel_id}
+  accountId: {account}
+  cloudflareCredentialsSecretRef: {{name: cloudflare-api-token, namespace: {NS}, key: api-token}}
+"#,
+                tunnel_id = self.tunnel.tunnel_id,
+                account = self.account,
+            ),
+        )
+        .await;
+        kubectl(
+            cluster,
+            &[
+                "-n",
+                NS,
+                "rollout",
+                "status",
+                "deployment/tunnel-gateway-controller",
+                "--timeout=180s",
+            ],
+        )
+        .await;
+    }
+
+    /// The controllers' `/metrics`, every replica's (only the leader pushes), read from inside
+    /// the private network namespace.
+    pub async fn controller_metrics(&self) -> String {
+        let pods = json(
+            self.cluster(),
+            &[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=tunnel-gateway-controller",
+            ],
+        )
+        .await;
+        let mut out = String::new();
+        for pod in pods["items"].as_array().unwrap() {
+            let Some(ip) = pod["status"]["podIP"].as_str() else {
+                continue;
+            };
+            let addr = SocketAddr::new(ip.parse().unwrap(), CONTROLLER_ADMIN_PORT);
+            let mut stream = self.world.connect(addr).await.unwrap();
+            let (status, body) = http_get(&mut stream, &addr.to_string(), "/metrics")
+                .await
+                .unwrap();
+            assert_eq!(status, 200, "{body}");
+            out.push_str(&body);
+        }
+        out
+    }
+}
+
+/// A binary of this workspace built next to the controller (cargo puts every package's bins
+/// in one directory).
+fn sibling(name: &str, package: &str) -> PathBuf {
+    let controller = Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
+    let path = controller.with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p {package} --bins`",
+        path.display()
+    );
+    path
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/tunnel-gateway")
+        .canonicalize()
+        .unwrap()
+}
+
+pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    cluster
+        .kubectl_ok(args)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+}
+
+pub async fn apply(cluster: &Cluster, yaml: &str) {
+    cluster
+        .kubectl_stdin(&["apply", "-f", "-"], yaml)
+        .await
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}\n{yaml}"));
+}
+
+pub async fn json(cluster: &Cluster, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(cluster, &args).await).unwrap()
+}
+
+/// The names of the Pods matching `selector` in `ns` (terminating ones included).
+pub async fn pod_names(cluster: &Cluster, ns: &str, selector: &str) -> Vec<String> {
+    json(cluster, &["-n", ns, "get", "pods", "-l", selector]).await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Waits for `condition` on `what` in `ns` (kubectl wait).
+pub async fn wait(cluster: &Cluster, ns: &str, what: &str, condition: &str, timeout: &str) {
+    let for_ = format!("--for={condition}");
+    let timeout = format!("--timeout={timeout}");
+    if let Err(e) = cluster
+        .kubectl_ok(&["wait", "-n", ns, &for_, what, &timeout])
+        .await
+    {
+        let pods = cluster
+            .kubectl_ok(&["get", "pods", "-A", "-o", "wide"])
+            .await
+            .unwrap_or_default();
+        let events = cluster
+            .kubectl_ok(&["get", "events", "-A"])
+            .await
+            .unwrap_or_default();
+        panic!("waiting for {condition} on {what}: {e}\n{pods}\n{events}");
+    }
+}
+
+/// A tenant on a dedicated plane: namespace `ns`, a GatewayConfig `cfg` naming the token Secret
+/// `tunnel` (plus `config_extra`, lines of its spec), an echo-basic `backend` Deployment and
+/// Service, the Gateway `gw` on the GatewayConfig and an HTTPRoute for `hostname`. The token
+/// Secret is [`token_secret`]'s.
+pub fn tenant(ns: &str, gw: &str, hostname: &str, config_extra: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: cf.k8s.lex.la/v1alpha1
+kind: GatewayConfig
+metadata: {{name: cfg, namespace: {ns}}}
+spec:
+  tunnelTokenSecretRef: {{name: tunnel}}
+{config_extra}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: backend, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: backend}}}}
+  template:
+    metadata: {{labels: {{app: backend}}}}
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: backend, namespace: {ns}}}
+spec:
+  selector: {{app: backend}}
+  ports: [{{port: 8080, targetPort: 3000}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gw}, namespace: {ns}}}
+spec:
+  gatewayClassName: cloudflare-tunnel
+  infrastructure:
+    parametersRef: {{group: cf.k8s.lex.la, kind: GatewayConfig, name: cfg}}
+  listeners:
+  - {{name: http, protocol: HTTP, port: 80}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {gw}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: {gw}}}]
+  hostnames: ["{hostname}"]
+  rules:
+  - backendRefs: [{{name: backend, port: 8080}}]
+"#
+    )
+}
+
+/// The tenant's connector token Secret (`tunnel`, key `tunnel-token`), as the guide has the
+/// tenant write it, and rewrite it to rotate.
+pub fn token_secret(ns: &str, token: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: tunnel, namespace: {ns}}}
+stringData: {{tunnel-token: "{token}"}}
+"#
+    )
+}
+
+/// One condition of a Gateway's status (`Value::Null` while absent).
+pub async fn gateway_condition(cluster: &Cluster, ns: &str, gw: &str, type_: &str) -> Value {
+    let g = json(cluster, &["-n", ns, "get", "gateway", gw]).await;
+    g["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until the Gateway's condition `type_` has `status` and `reason`; returns it.
+pub async fn wait_gateway(
+    cluster: &Cluster,
+    ns: &str,
+    gw: &str,
+    type_: &str,
+    (status, reason): (&str, &str),
+    timeout: Duration,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let c = gateway_condition(cluster, ns, gw, type_).await;
+        if c["status"] == status && c["reason"] == reason {
+            return c;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Gateway {ns}/{gw}: no {type_}={status}/{reason} within {timeout:?}; last: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One HTTP/1.1 request to the edge with `host`: (status, body).
+pub async fn edge_get(edge: SocketAddr, host: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(edge).await?;
+    http_get(&mut stream, host, path).await
+}
+
+/// `GET path` with `Host: host` on `stream`, read to its close: (status, body).
+async fn http_get(
+    stream: &mut tokio::net::TcpStream,
+    host: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut raw))
+        .await
+        .map_err(|_| std::io::Error::other("no answer within 20 s"))??;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {text:?}")))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Sends requests for `host` until one is answered with `status`; returns its body.
+pub async fn until_status(edge: SocketAddr, host: &str, status: u16, timeout: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match edge_get(edge, host, "/on-node").await {
+            Ok((s, body)) if s == status => return body,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {status} for {host} within {timeout:?}; last: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Whether echo-basic's answer `body` names one of `pods` as the Pod that answered.
+pub fn answered_by(body: &str, pods: &[String]) -> bool {
+    pods.iter().any(|p| body.contains(&format!("\"{p}\"")))
+}
