@@ -201,10 +201,6 @@ async fn programmed_follows_the_planes_readiness(install: &Install, tunnel_a: &T
             break;
         }
         assert!(
-            pods.iter().all(|p| !pod_ready(p)) || programmed["status"] == "False",
-            "{programmed}"
-        );
-        assert!(
             tokio::time::Instant::now() < deadline,
             "never Programmed: {programmed}; {pods:?}"
         );
@@ -418,12 +414,11 @@ async fn a_refused_claim_gets_no_plane_no_push_and_no_traffic(
         assert!(pods.is_empty(), "Pods beside tenant-b's backend: {pods:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    for kind in ["deployment", "service", "secret"] {
-        let name = match kind {
-            "service" => "cf-proxy-b-config",
-            "secret" => "cf-proxy-b-auth",
-            _ => "cf-proxy-b",
-        };
+    for (kind, name) in [
+        ("deployment", "cf-proxy-b"),
+        ("service", "cf-proxy-b-config"),
+        ("secret", "cf-proxy-b-auth"),
+    ] {
         assert!(
             cluster
                 .kubectl_ok(&["-n", "tenant-b", "get", kind, name])
