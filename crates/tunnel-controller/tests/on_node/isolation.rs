@@ -33,8 +33,8 @@ async fn the_isolation_guide_holds_on_real_pods() {
         .unwrap();
 
     programmed_follows_the_planes_readiness(&install, &tunnel_a).await;
-    let token = a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(&install, &tunnel_a)
-        .await;
+    let token =
+        a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(&install, &tunnel_a).await;
     a_refused_claim_gets_no_plane_no_push_and_no_traffic(&install, &tunnel_a, &token).await;
 }
 
@@ -54,9 +54,10 @@ async fn plane_pods(install: &Install) -> Vec<Value> {
 }
 
 fn pod_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 /// The reasons the Pod's containers wait for (`ErrImagePull`, ...).
@@ -239,7 +240,11 @@ async fn a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let hash = |d: &Value| d["spec"]["template"]["metadata"]["annotations"][TOKEN_HASH].clone();
-    let plane = json(cluster, &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"]).await;
+    let plane = json(
+        cluster,
+        &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"],
+    )
+    .await;
     let before = hash(&plane);
     assert!(before.is_string(), "{plane}");
     let old_pods: Vec<String> = plane_pods(install)
@@ -275,7 +280,11 @@ async fn a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(
     // The template changes, the rollout completes, and every old Pod is gone.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let plane = json(cluster, &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"]).await;
+        let plane = json(
+            cluster,
+            &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"],
+        )
+        .await;
         if hash(&plane) != before {
             break;
         }
