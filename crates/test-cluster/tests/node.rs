@@ -740,34 +740,10 @@ async fn pre_stop_hooks_run_before_sigterm() {
 }
 
 #[tokio::test]
-async fn sidecars_and_host_network_are_refused_with_a_reason() {
+async fn host_network_is_refused_with_a_reason() {
     let client = cp().cluster("node").client().await.unwrap();
-    let ns = namespace(&client, "init").await;
+    let ns = namespace(&client, "hostnet").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    create_pod(
-        &pods,
-        json!({
-            "metadata": {"name": "init"},
-            "spec": {
-                "initContainers": [{"name": "setup", "image": "shell", "restartPolicy": "Always",
-                                    "args": ["-c", "sleep 60"]}],
-                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
-            },
-        }),
-    )
-    .await;
-    let pod = wait_pod(&pods, "init", Duration::from_secs(30), |p| {
-        status_json(p)["containerStatuses"][0]["state"]["waiting"]["reason"]
-            == "CreateContainerConfigError"
-    })
-    .await;
-    assert_eq!(phase(&pod), "Pending");
-    let status = status_json(&pod);
-    assert_eq!(
-        status["containerStatuses"][0]["state"]["waiting"]["message"],
-        "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet"
-    );
-    pods.delete("init", &DeleteParams::default()).await.unwrap();
     create_pod(
         &pods,
         json!({
@@ -786,6 +762,273 @@ async fn sidecars_and_host_network_are_refused_with_a_reason() {
     .await;
     assert_eq!(phase(&pod), "Pending");
     pods.delete("host", &DeleteParams::default()).await.unwrap();
+}
+
+/// The `<word> <seconds since the epoch>` lines a container printed (its CRI log), in order.
+fn stamps(ns: &str, pod: &str, container: &str) -> Vec<(String, f64)> {
+    let node = cp().cluster("node").node().unwrap();
+    let log =
+        std::fs::read_to_string(node.container_log_path(ns, pod, container)).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .filter_map(|l| {
+            let (word, at) = l.split_once(' ')?;
+            Some((word.to_owned(), at.parse().ok()?))
+        })
+        .collect()
+}
+
+fn stamp(ns: &str, pod: &str, container: &str, word: &str) -> f64 {
+    stamps(ns, pod, container)
+        .into_iter()
+        .find(|(w, _)| w == word)
+        .unwrap_or_else(|| panic!("{container} of {pod} never printed {word}"))
+        .1
+}
+
+/// Native sidecars: started in their turn among the init containers, the next one held back
+/// until the sidecar's startup probe passes, and the Pod Ready only once the sidecar is.
+#[tokio::test]
+async fn sidecars_start_in_order_behind_their_startup_probe_and_count_toward_ready() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "sidecar").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let work = json!([{"name": "work", "mountPath": "/work"}]);
+    let step = |word: &str| format!("echo {word} $(date +%s.%N)");
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "ordered"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "setup", "image": "shell", "volumeMounts": work,
+                     "args": ["-c", step("setup")]},
+                    // Started at once, but past its startup probe only 3 s later.
+                    {"name": "side", "image": "shell", "restartPolicy": "Always", "volumeMounts": work,
+                     "args": ["-c", format!("{}; sleep 3; {}; touch /work/started; exec sleep 600",
+                                            step("side"), step("side-started"))],
+                     "startupProbe": {"exec": {"command": ["test", "-f", "/work/started"]},
+                                      "periodSeconds": 1, "failureThreshold": 30},
+                     "readinessProbe": {"exec": {"command": ["test", "-f", "/work/ready"]},
+                                        "periodSeconds": 1}},
+                    {"name": "after", "image": "shell", "volumeMounts": work,
+                     "args": ["-c", step("after")]},
+                ],
+                // The app makes the sidecar ready 3 s after it started.
+                "containers": [{"name": "main", "image": "shell", "volumeMounts": work,
+                                "args": ["-c", format!("{}; sleep 3; touch /work/ready; exec sleep 600",
+                                                       step("main"))]}],
+            },
+        }),
+    )
+    .await;
+
+    // The sidecar runs, not yet started: the next init container and the app wait.
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        status_json(p)["initContainerStatuses"][1]["state"]["running"].is_object()
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Pending", "{status}");
+    assert_eq!(condition(&pod, "Initialized"), "False");
+    let init = &status["initContainerStatuses"];
+    assert_eq!(init[0]["state"]["terminated"]["exitCode"], 0, "{status}");
+    assert_eq!(
+        init[0]["ready"], true,
+        "a completed init container: {status}"
+    );
+    assert_eq!(init[1]["started"], false, "{status}");
+    assert_eq!(init[1]["ready"], false, "{status}");
+    assert!(init[2]["state"]["waiting"].is_object(), "{status}");
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"], "PodInitializing",
+        "{status}"
+    );
+
+    // Started: the rest follow; the app runs while the sidecar is not ready yet.
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        status_json(p)["containerStatuses"][0]["ready"] == true
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Running", "{status}");
+    assert_eq!(condition(&pod, "Initialized"), "True");
+    assert_eq!(
+        status["initContainerStatuses"][1]["started"], true,
+        "{status}"
+    );
+    assert!(
+        status["initContainerStatuses"][1]["state"]["running"].is_object(),
+        "{status}"
+    );
+    assert_eq!(
+        condition(&pod, "Ready"),
+        "False",
+        "the sidecar is not ready yet: {status}"
+    );
+    let pod = wait_pod(&pods, "ordered", Duration::from_secs(30), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(
+        status["initContainerStatuses"][1]["ready"], true,
+        "{status}"
+    );
+    assert_eq!(
+        status["initContainerStatuses"][1]["restartCount"], 0,
+        "{status}"
+    );
+    assert_eq!(
+        status["initContainerStatuses"][2]["state"]["terminated"]["exitCode"],
+        0
+    );
+
+    let side_started = stamp(&ns, "ordered", "side", "side-started");
+    let setup = stamp(&ns, "ordered", "setup", "setup");
+    let side = stamp(&ns, "ordered", "side", "side");
+    let after = stamp(&ns, "ordered", "after", "after");
+    let main = stamp(&ns, "ordered", "main", "main");
+    assert!(setup < side, "{setup} {side}");
+    assert!(
+        side_started < after && after < main,
+        "the init container after the sidecar began at {after}, the sidecar passed its \
+         startup probe after {side_started}, the app began at {main}"
+    );
+    cluster_delete_namespace(&ns).await;
+}
+
+/// A sidecar that exits is restarted (whatever the Pod's restart policy); on deletion the
+/// sidecars stop after the app container, the later sidecar first, and their preStop hooks run
+/// at the start, as the kubelet's.
+#[tokio::test]
+async fn an_exiting_sidecar_is_restarted_and_sidecars_stop_after_the_app_in_reverse_order() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "sidecar").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let stopping = |who: &str, linger: &str| {
+        format!(
+            "trap 'echo {who}-term $(date +%s.%N); sleep {linger}; echo {who}-exit $(date +%s.%N); exit 0' TERM; \
+             echo {who}-start $(date +%s.%N); while :; do sleep 0.1; done"
+        )
+    };
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "stopping"},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 20,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    // Exits once (status 1), then runs.
+                    {"name": "first", "image": "shell", "restartPolicy": "Always",
+                     "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                     "args": ["-c", format!("if [ ! -f /work/once ]; then touch /work/once; exit 1; fi; {}",
+                                            stopping("first", "0"))]},
+                    {"name": "second", "image": "shell", "restartPolicy": "Always",
+                     "args": ["-c", stopping("second", "0")],
+                     "lifecycle": {"preStop": {"exec": {"command": [
+                         "/bin/sh", "-c", "echo second-prestop $(date +%s.%N)"]}}}},
+                ],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", stopping("main", "2")]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "stopping", Duration::from_secs(30), |p| {
+        let s = status_json(p);
+        s["initContainerStatuses"][0]["restartCount"] == 1
+            && s["initContainerStatuses"][0]["state"]["running"].is_object()
+            && condition(p, "Ready") == "True"
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(phase(&pod), "Running", "{status}");
+    assert_eq!(
+        status["initContainerStatuses"][0]["lastState"]["terminated"]["exitCode"], 1,
+        "{status}"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["restartCount"], 0,
+        "{status}"
+    );
+    for c in ["first", "second", "main"] {
+        stamp(&ns, "stopping", c, &format!("{c}-start"));
+    }
+
+    pods.delete("stopping", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("stopping").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pod was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let at = |c: &str, w: &str| stamp(&ns, "stopping", c, &format!("{c}-{w}"));
+    let (main_term, main_exit) = (at("main", "term"), at("main", "exit"));
+    let (second_prestop, second_term) = (at("second", "prestop"), at("second", "term"));
+    let first_term = at("first", "term");
+    assert!(
+        second_prestop < main_exit,
+        "the sidecar's preStop hook runs at the start: {second_prestop} vs {main_exit}"
+    );
+    assert!(
+        main_term < main_exit && main_exit < second_term && second_term < first_term,
+        "main got SIGTERM at {main_term} and exited at {main_exit}; the sidecars got it at \
+         {second_term} (second) and {first_term} (first)"
+    );
+    cluster_delete_namespace(&ns).await;
+}
+
+/// With `restartPolicy: Never`, a Pod whose app container finished does not stay up for its
+/// sidecar: the sidecar is stopped and the Pod succeeds.
+#[tokio::test]
+async fn a_finished_app_stops_its_sidecars_and_the_pod_succeeds() {
+    let client = cp().cluster("node").client().await.unwrap();
+    let ns = namespace(&client, "sidecar").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "job"},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 5,
+                "initContainers": [{"name": "side", "image": "shell", "restartPolicy": "Always",
+                                    "args": ["-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"]}],
+                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 1"]}],
+            },
+        }),
+    )
+    .await;
+    let pod = wait_pod(&pods, "job", Duration::from_secs(30), |p| {
+        phase(p) == "Succeeded"
+            && status_json(p)["initContainerStatuses"][0]["state"]["terminated"].is_object()
+    })
+    .await;
+    let status = status_json(&pod);
+    assert_eq!(
+        status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"], 0,
+        "stopped with SIGTERM, not killed: {status}"
+    );
+    assert_eq!(
+        status["initContainerStatuses"][0]["restartCount"], 0,
+        "{status}"
+    );
+    cluster_delete_namespace(&ns).await;
+}
+
+async fn cluster_delete_namespace(ns: &str) {
+    cp().cluster("node")
+        .kubectl_ok(&["delete", "namespace", ns, "--wait=false"])
+        .await
+        .unwrap();
 }
 
 /// `test-cluster up --node`: a Pod created with kubectl runs, and the printed namespace reaches

@@ -95,7 +95,8 @@ struct Cli {
     /// config port (for scraping /metrics).
     #[arg(long, env = "CF_MONITORING_NAMESPACE_LABELS", value_parser = parse_labels)]
     monitoring_namespace_labels: Option<std::collections::BTreeMap<String, String>>,
-    /// Seconds a dedicated plane keeps serving after SIGTERM while its connector unregisters.
+    /// Seconds a dedicated plane's connector has to finish its requests in flight after SIGTERM
+    /// (cloudflared's `--grace-period`); the pods' termination grace period is this plus 15 s.
     #[arg(long, env = "CF_DRAIN_GRACE_SECONDS", default_value_t = 30)]
     drain_grace_seconds: i64,
     /// The kubeconfig to use; in-cluster configuration (or ~/.kube/config) when unset.

@@ -207,7 +207,9 @@ async fn every_pod_template_is_admitted_by_restricted_pod_security_enforcement()
         let template = &w["spec"]["template"];
         let (ok, stderr) = dry_run_pod(&format!("{name}-psa"), template).await;
         assert!(ok, "a Pod of {name}'s template was refused: {stderr}");
-        for c in template["spec"]["containers"].as_array().unwrap() {
+        let inits = template["spec"]["initContainers"].as_array().into_iter();
+        let apps = template["spec"]["containers"].as_array().into_iter();
+        for c in inits.chain(apps).flatten() {
             let r = &c["resources"];
             for q in ["requests", "limits"] {
                 assert!(
@@ -273,11 +275,12 @@ fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name} in the kustomization"))
 }
 
+/// The container `name` of the Deployment's Pods, an init container or not.
 fn container<'a>(deployment: &'a Value, name: &str) -> &'a Value {
-    deployment["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let pod = &deployment["spec"]["template"]["spec"];
+    let inits = pod["initContainers"].as_array().into_iter().flatten();
+    inits
+        .chain(pod["containers"].as_array().into_iter().flatten())
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no container {name}"))
 }
@@ -409,19 +412,43 @@ async fn the_shared_plane_pieces_fit_together() {
         env(proxy, "PROXY_AUTH_TOKEN")["valueFrom"]["secretKeyRef"],
         serde_json::json!({"name": "tunnel-proxy-auth", "key": "auth-token"})
     );
-    // Both containers run on the same connector token: cloudflared dials with it, the proxy's
-    // readiness waits for the connector because of it.
-    let token = serde_json::json!({"name": "cloudflare-tunnel-token", "key": "tunnel-token"});
-    assert_eq!(
-        env(proxy, "TUNNEL_TOKEN")["valueFrom"]["secretKeyRef"],
-        token
-    );
+    // The proxy is a native sidecar and the connector the main container: the kubelet starts
+    // the connector once the proxy's startup probe passes (/readyz: a config is loaded), and
+    // stops it before the proxy.
+    assert_eq!(pod["initContainers"].as_array().unwrap().len(), 1, "{pod}");
+    assert_eq!(pod["initContainers"][0]["name"], "proxy");
+    assert_eq!(proxy["restartPolicy"], "Always");
+    let names: Vec<&Value> = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["name"])
+        .collect();
+    assert_eq!(names, ["cloudflared"]);
+    let startup = &proxy["startupProbe"];
+    assert_eq!(startup["httpGet"]["path"], "/readyz");
+    assert_eq!(startup["httpGet"]["port"], "config-api");
+    assert_eq!(startup["periodSeconds"], 1);
+    let patience =
+        startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
+    assert!(patience >= 24 * 3600, "{patience} s before a restart");
+
+    // Only the connector holds the connector token; the proxy, without it, does not wait for
+    // the connector (that would never start), which reports its own readiness.
     assert_eq!(
         env(cloudflared, "TUNNEL_TOKEN")["valueFrom"]["secretKeyRef"],
-        token
+        serde_json::json!({"name": "cloudflare-tunnel-token", "key": "tunnel-token"})
     );
-
-    // The proxy's connector-readiness URL is cloudflared's metrics address.
+    for name in ["TUNNEL_TOKEN", "TUNNEL_PROXY_CONNECTOR_READY_URL"] {
+        assert!(
+            proxy["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["name"] != name),
+            "{name} on the proxy"
+        );
+    }
     let image = cloudflared["image"].as_str().unwrap();
     let tag = image.strip_prefix("cloudflare/cloudflared:").unwrap();
     assert!(tag.starts_with("20") && tag != "latest", "{image}");
@@ -433,14 +460,17 @@ async fn the_shared_plane_pieces_fit_together() {
         .collect();
     assert_eq!(&args[..2], ["tunnel", "--no-autoupdate"], "{args:?}");
     assert_eq!(args.last(), Some(&"run"), "{args:?}");
-    let metrics = args[args.iter().position(|a| *a == "--metrics").unwrap() + 1];
+    let arg = |flag: &str| args[args.iter().position(|a| *a == flag).unwrap() + 1];
     assert_eq!(
-        env(proxy, "TUNNEL_PROXY_CONNECTOR_READY_URL")["value"],
-        format!("http://{metrics}/ready")
+        arg("--metrics"),
+        format!("0.0.0.0:{}", port_number(cloudflared, "metrics"))
     );
+    assert_eq!(cloudflared["readinessProbe"]["httpGet"]["path"], "/ready");
+    assert_eq!(cloudflared["readinessProbe"]["httpGet"]["port"], "metrics");
 
-    // The pod outlives the proxy's grace period plus its drain timeout.
-    let drain = seconds(&env(proxy, "PROXY_GRACE_PERIOD")["value"])
+    // The pod outlives the connector's drain, then the proxy's grace period and drain timeout.
+    let drain = seconds(&Value::from(arg("--grace-period")))
+        + seconds(&env(proxy, "PROXY_GRACE_PERIOD")["value"])
         + seconds(&env(proxy, "PROXY_DRAIN_TIMEOUT")["value"]);
     let termination = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
     assert!(termination > drain, "{termination} s <= {drain} s");

@@ -185,20 +185,28 @@ async fn the_api_server_stores_the_rendered_plane_as_rendered_and_a_second_apply
         "a budget for each plane of two or more pods, none for the single pod"
     );
 
-    // The check can fail: the same template with root allowed is refused.
-    let mut loose = planes[0].deployment.clone();
-    let template = &mut loose.spec.as_mut().unwrap().template;
-    template.spec.as_mut().unwrap().containers[1]
-        .security_context
-        .as_mut()
-        .unwrap()
-        .run_as_user = Some(0);
-    let refused = dry_run_pod(&client, "loose", template).await.unwrap_err();
-    assert!(
-        refused.contains("violates PodSecurity \"restricted:latest\"")
-            && refused.contains("runAsUser=0 (container \"cloudflared\""),
-        "{refused}"
-    );
+    // The check can fail: the same template with root allowed in either container (the
+    // connector, or the proxy, a sidecar among the init containers) is refused.
+    for container in ["cloudflared", "proxy"] {
+        let mut loose = planes[0].deployment.clone();
+        let template = &mut loose.spec.as_mut().unwrap().template;
+        let spec = template.spec.as_mut().unwrap();
+        spec.containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+            .find(|c| c.name == container)
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .run_as_user = Some(0);
+        let refused = dry_run_pod(&client, "loose", template).await.unwrap_err();
+        assert!(
+            refused.contains("violates PodSecurity \"restricted:latest\"")
+                && refused.contains(&format!("runAsUser=0 (container \"{container}\"")),
+            "{container}: {refused}"
+        );
+    }
 }
 
 /// A Pod of `template`'s spec, created with a server-side dry run: Err with the API server's

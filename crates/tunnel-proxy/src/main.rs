@@ -137,7 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let tunnel_mode = args.tunnel_token.as_deref().is_some_and(|t| !t.is_empty());
     if !tunnel_mode {
-        info!("standalone mode: no tunnel token, serving the data-plane port directly");
+        info!("standalone mode: no tunnel token, /readyz does not wait for a connector");
     }
     // Before anything is announced, so an early SIGTERM is a drain and not a kill.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

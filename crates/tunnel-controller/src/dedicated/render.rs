@@ -1,8 +1,14 @@
 //! A Gateway's dedicated data plane as Kubernetes objects (TG-7): the proxy Deployment
-//! (`cf-proxy-<gw>`: the proxy beside a stock `cloudflared`), the headless config Service
+//! (`cf-proxy-<gw>`: a stock `cloudflared` behind the proxy), the headless config Service
 //! (`cf-proxy-<gw>-config`), the NetworkPolicy that admits the config API only from the
 //! controller, the HPA when autoscaling is set, the PodDisruptionBudget when the plane runs more
 //! than one pod, and the generated config-API token Secret when the GatewayConfig brings none.
+//!
+//! The proxy is a native sidecar (an init container with `restartPolicy: Always`) and the
+//! connector the main container: the kubelet starts the connector only once the proxy's startup
+//! probe (`/readyz`: a config is loaded) passes, so a connector never registers with Cloudflare
+//! in front of a proxy without routes; on deletion it stops the connector first (unregister,
+//! finish the requests in flight), then the proxy.
 //!
 //! The pods meet the `restricted` Pod Security Standard (both containers: non-root with a
 //! numeric UID/GID, read-only root filesystem, no privilege escalation, every capability dropped,
@@ -69,13 +75,21 @@ pub const PROXY_PORT: i32 = 8080;
 /// The proxy's config API, `/metrics`, `/healthz`, `/readyz`.
 pub const CONFIG_API_PORT: i32 = 8081;
 pub const CONFIG_API_PORT_NAME: &str = "config-api";
-/// cloudflared's metrics server, loopback only; `/ready` is the proxy's connector readiness.
-const CONNECTOR_METRICS_ADDR: &str = "127.0.0.1:20241";
-/// Time beyond the drain grace period for the proxy's final wait on in-flight requests and
-/// process exit: `terminationGracePeriodSeconds` = grace + this.
+/// cloudflared's metrics server: `/ready` there is the connector's readiness, probed by the
+/// kubelet (the NetworkPolicy admits no pod to it).
+const CONNECTOR_METRICS_PORT: i32 = 20241;
+const CONNECTOR_METRICS_PORT_NAME: &str = "metrics";
+/// Time beyond the connector's drain grace period for the proxy's drain and the processes'
+/// exit: `terminationGracePeriodSeconds` = grace + this.
 pub const DRAIN_MARGIN_SECONDS: i64 = 15;
-/// The proxy's wait for in-flight requests after the grace period; inside the margin.
+/// The proxy's wait for in-flight requests once told to stop (the connector is gone by then);
+/// inside the margin.
 const PROXY_DRAIN_TIMEOUT_SECONDS: i64 = 10;
+/// The proxy's startup probe (`/readyz`, a config loaded): polled every second, so the
+/// connector starts within a second of the first push; a day of failures before the kubelet
+/// restarts the proxy, so a plane waiting for its controller is not restart-looped.
+const STARTUP_PERIOD_SECONDS: i32 = 1;
+const STARTUP_FAILURE_THRESHOLD: i32 = 86_400;
 /// UID and GID of the containers: the distroless `nonroot` user the cloudflared image uses.
 const NONROOT_ID: i64 = 65532;
 
@@ -100,7 +114,7 @@ pub struct RenderInputs {
     pub default_proxy_image: Option<String>,
     /// The stock cloudflared image.
     pub connector_image: String,
-    /// How long the proxy and cloudflared serve in-flight requests after SIGTERM.
+    /// How long cloudflared serves in-flight requests after SIGTERM (its `--grace-period`).
     pub drain_grace_seconds: i64,
     /// The connector token's value (only its hash is rendered).
     pub tunnel_token: String,
@@ -327,8 +341,8 @@ pub fn render(
     })
 }
 
-/// Proxy and connector, locked down: non-root, read-only root filesystem, no capabilities, no
-/// service-account token, RuntimeDefault seccomp.
+/// The proxy (a sidecar) and the connector, locked down: non-root, read-only root filesystem, no
+/// capabilities, no service-account token, RuntimeDefault seccomp.
 fn pod_spec(
     image: &str,
     config: &GatewayConfig,
@@ -339,16 +353,16 @@ fn pod_spec(
 ) -> PodSpec {
     let grace = inputs.drain_grace_seconds.max(0);
     PodSpec {
-        containers: vec![
-            proxy_container(
-                image,
-                config.spec.resources.clone(),
-                tunnel_secret,
-                auth_secret,
-                grace,
-            ),
-            connector_container(&inputs.connector_image, tunnel_secret, grace),
-        ],
+        init_containers: Some(vec![proxy_container(
+            image,
+            config.spec.resources.clone(),
+            auth_secret,
+        )]),
+        containers: vec![connector_container(
+            &inputs.connector_image,
+            tunnel_secret,
+            grace,
+        )],
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         restart_policy: Some("Always".to_owned()),
@@ -561,11 +575,16 @@ fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
     ])
 }
 
+/// An HTTP probe of the proxy's config port.
 fn probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
+    probe_on(CONFIG_API_PORT_NAME, path, period, timeout, failures)
+}
+
+fn probe_on(port: &str, path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String(CONFIG_API_PORT_NAME.to_owned()),
+            port: IntOrString::String(port.to_owned()),
             scheme: Some("HTTP".to_owned()),
             ..HTTPGetAction::default()
         }),
@@ -589,34 +608,32 @@ fn container_defaults(name: &str, image: &str) -> Container {
     }
 }
 
-fn proxy_container(
-    image: &str,
-    resources: Option<ResourceRequirements>,
-    tunnel_secret: &SecretKeySelector,
-    auth_secret: &SecretKeySelector,
-    grace: i64,
-) -> Container {
-    let port = |name: &str, port: i32| ContainerPort {
+fn port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
         name: Some(name.to_owned()),
         container_port: port,
         protocol: Some("TCP".to_owned()),
         ..ContainerPort::default()
-    };
+    }
+}
+
+/// The proxy, a native sidecar. Without a tunnel token its `/readyz` means "a config is loaded
+/// and not draining", not waiting for the connector (which starts only after it).
+fn proxy_container(
+    image: &str,
+    resources: Option<ResourceRequirements>,
+    auth_secret: &SecretKeySelector,
+) -> Container {
     Container {
+        restart_policy: Some("Always".to_owned()),
         ports: Some(vec![
             port("http", PROXY_PORT),
             port(CONFIG_API_PORT_NAME, CONFIG_API_PORT),
         ]),
         env: Some(vec![
             secret_env("PROXY_AUTH_TOKEN", auth_secret),
-            // Only its presence matters to the proxy: tunnel mode, where /readyz also waits for
-            // the connector.
-            secret_env("TUNNEL_TOKEN", tunnel_secret),
-            env(
-                "TUNNEL_PROXY_CONNECTOR_READY_URL",
-                format!("http://{CONNECTOR_METRICS_ADDR}/ready"),
-            ),
-            env("PROXY_GRACE_PERIOD", format!("{grace}s")),
+            // When the kubelet stops the proxy the connector is gone: nothing to serve through.
+            env("PROXY_GRACE_PERIOD", "0s".to_owned()),
             env(
                 "PROXY_DRAIN_TIMEOUT",
                 format!("{PROXY_DRAIN_TIMEOUT_SECONDS}s"),
@@ -627,15 +644,21 @@ fn proxy_container(
             limits: Some(quantities("500m", "512Mi")),
             ..ResourceRequirements::default()
         })),
-        startup_probe: Some(probe("/healthz", 5, 3, 30)),
+        startup_probe: Some(probe(
+            "/readyz",
+            STARTUP_PERIOD_SECONDS,
+            1,
+            STARTUP_FAILURE_THRESHOLD,
+        )),
         liveness_probe: Some(probe("/healthz", 20, 5, 3)),
         readiness_probe: Some(probe("/readyz", 10, 3, 3)),
         ..container_defaults("proxy", image)
     }
 }
 
-/// Stock cloudflared. The token comes from the `TUNNEL_TOKEN` environment variable (which
-/// `tunnel run` reads in place of `--token`), so it never appears in the process arguments.
+/// Stock cloudflared, the main container. The token comes from the `TUNNEL_TOKEN` environment
+/// variable (which `tunnel run` reads in place of `--token`), so it never appears in the process
+/// arguments. Ready once registered with the edge (`/ready` on its metrics address).
 fn connector_container(image: &str, tunnel_secret: &SecretKeySelector, grace: i64) -> Container {
     Container {
         args: Some(
@@ -643,7 +666,7 @@ fn connector_container(image: &str, tunnel_secret: &SecretKeySelector, grace: i6
                 "tunnel",
                 "--no-autoupdate",
                 "--metrics",
-                CONNECTOR_METRICS_ADDR,
+                &format!("0.0.0.0:{CONNECTOR_METRICS_PORT}"),
                 "--grace-period",
                 &format!("{grace}s"),
                 "run",
@@ -652,6 +675,11 @@ fn connector_container(image: &str, tunnel_secret: &SecretKeySelector, grace: i6
             .to_vec(),
         ),
         env: Some(vec![secret_env("TUNNEL_TOKEN", tunnel_secret)]),
+        ports: Some(vec![port(
+            CONNECTOR_METRICS_PORT_NAME,
+            CONNECTOR_METRICS_PORT,
+        )]),
+        readiness_probe: Some(probe_on(CONNECTOR_METRICS_PORT_NAME, "/ready", 10, 3, 3)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities("50m", "64Mi")),
             limits: Some(quantities("500m", "256Mi")),
@@ -759,8 +787,14 @@ mod tests {
             .unwrap()
     }
 
+    /// Every container of the plane's pods: the init containers (the proxy), then the others.
+    fn containers(r: &Rendered) -> impl Iterator<Item = &Container> {
+        let pod = pod(r);
+        pod.init_containers.iter().flatten().chain(&pod.containers)
+    }
+
     fn container<'a>(r: &'a Rendered, name: &str) -> &'a Container {
-        pod(r).containers.iter().find(|c| c.name == name).unwrap()
+        containers(r).find(|c| c.name == name).unwrap()
     }
 
     fn env_of<'a>(c: &'a Container, name: &str) -> &'a EnvVar {
@@ -1176,7 +1210,10 @@ mod tests {
             (auth.name.as_str(), auth.key.as_str()),
             ("my-auth", "bearer")
         );
-        let tunnel = env_of(proxy, "TUNNEL_TOKEN").value_from.clone().unwrap();
+        let tunnel = env_of(container(&r, "cloudflared"), "TUNNEL_TOKEN")
+            .value_from
+            .clone()
+            .unwrap();
         let tunnel = tunnel.secret_key_ref.unwrap();
         assert_eq!(
             (tunnel.name.as_str(), tunnel.key.as_str()),
@@ -1185,7 +1222,7 @@ mod tests {
     }
 
     #[test]
-    fn cloudflared_runs_the_tunnel_token_from_the_secret_and_reports_readiness_to_the_proxy() {
+    fn cloudflared_runs_the_tunnel_token_from_the_secret_and_reports_its_own_readiness() {
         let r = ok(&edge(), &plain_config(), &inputs());
         let cf = container(&r, "cloudflared");
         assert_eq!(cf.image.as_deref(), Some("cloudflare/cloudflared:2026.8.0"));
@@ -1194,14 +1231,74 @@ mod tests {
         assert_eq!(args.last().map(String::as_str), Some("run"));
         assert!(args.contains(&"--no-autoupdate".to_owned()));
         let metrics = args.iter().position(|a| a == "--metrics").unwrap();
-        assert_eq!(args[metrics + 1], "127.0.0.1:20241");
+        assert_eq!(args[metrics + 1], "0.0.0.0:20241");
         let token = env_of(cf, "TUNNEL_TOKEN").value_from.clone().unwrap();
         assert_eq!(token.secret_key_ref.unwrap().name, "edge-tunnel-token");
+        // The kubelet probes the connector's /ready on its metrics port.
+        let ports = cf.ports.as_ref().unwrap();
+        assert_eq!(ports.len(), 1);
         assert_eq!(
-            env_of(container(&r, "proxy"), "TUNNEL_PROXY_CONNECTOR_READY_URL")
-                .value
-                .as_deref(),
-            Some("http://127.0.0.1:20241/ready")
+            (ports[0].name.as_deref(), ports[0].container_port),
+            (Some("metrics"), 20241)
+        );
+        let ready = cf
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/ready"));
+        assert_eq!(ready.port, IntOrString::String("metrics".into()));
+        // The proxy neither sees the connector token nor waits for the connector: it starts
+        // first, and its /readyz means "a config is loaded".
+        let proxy = container(&r, "proxy");
+        for name in ["TUNNEL_TOKEN", "TUNNEL_PROXY_CONNECTOR_READY_URL"] {
+            assert!(
+                proxy.env.iter().flatten().all(|e| e.name != name),
+                "{name} on the proxy"
+            );
+        }
+    }
+
+    #[test]
+    fn the_proxy_is_a_sidecar_whose_first_config_lets_the_connector_start() {
+        let r = ok(&edge(), &plain_config(), &inputs());
+        let pod = pod(&r);
+        let inits = pod.init_containers.as_ref().unwrap();
+        assert_eq!(inits.len(), 1);
+        assert_eq!(inits[0].name, "proxy");
+        assert_eq!(
+            inits[0].restart_policy.as_deref(),
+            Some("Always"),
+            "a native sidecar: runs for the pod's life"
+        );
+        let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cloudflared"],
+            "the connector is the main container"
+        );
+        // The kubelet starts the connector once the proxy's startup probe passes: /readyz, true
+        // once a config is loaded.
+        let startup = inits[0].startup_probe.as_ref().unwrap();
+        let get = startup.http_get.as_ref().unwrap();
+        assert_eq!(get.path.as_deref(), Some("/readyz"));
+        assert_eq!(get.port, IntOrString::String("config-api".into()));
+        assert_eq!(
+            startup.period_seconds,
+            Some(1),
+            "the connector follows a push at once"
+        );
+        let patience = i64::from(startup.period_seconds.unwrap())
+            * i64::from(startup.failure_threshold.unwrap());
+        assert!(
+            patience >= 24 * 3600,
+            "a plane waiting for its first config is restarted only after {patience} s"
+        );
+        assert_eq!(
+            pod_meta(&r).annotations.as_ref().unwrap()["kubectl.kubernetes.io/default-container"],
+            "proxy"
         );
     }
 
@@ -1256,8 +1353,8 @@ mod tests {
             psc.seccomp_profile.as_ref().unwrap().type_,
             "RuntimeDefault"
         );
-        assert_eq!(pod.containers.len(), 2);
-        for c in &pod.containers {
+        assert_eq!(containers(&r).count(), 2);
+        for c in containers(&r) {
             let resources = c.resources.as_ref().unwrap();
             for (what, q) in [
                 ("requests", &resources.requests),
@@ -1283,7 +1380,7 @@ mod tests {
         }
         let proxy = container(&r, "proxy");
         for (probe, path) in [
-            (&proxy.startup_probe, "/healthz"),
+            (&proxy.startup_probe, "/readyz"),
             (&proxy.liveness_probe, "/healthz"),
             (&proxy.readiness_probe, "/readyz"),
         ] {
@@ -1294,17 +1391,18 @@ mod tests {
     }
 
     #[test]
-    fn termination_grace_covers_the_drain() {
+    fn termination_grace_covers_the_connectors_drain_then_the_proxys() {
         let r = ok(&edge(), &plain_config(), &inputs());
         assert_eq!(
             pod(&r).termination_grace_period_seconds,
             Some(30 + DRAIN_MARGIN_SECONDS)
         );
+        // The kubelet stops the proxy (a sidecar) only after the connector is gone.
         assert_eq!(
             env_of(container(&r, "proxy"), "PROXY_GRACE_PERIOD")
                 .value
                 .as_deref(),
-            Some("30s")
+            Some("0s")
         );
         let args = container(&r, "cloudflared").args.clone().unwrap();
         let i = args.iter().position(|a| a == "--grace-period").unwrap();

@@ -214,10 +214,10 @@ spec:
         &["-n", "tenant-a", "get", "deployment", "cf-proxy-a"],
     )
     .await;
-    let images: Vec<&str> = plane["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
+    let template = &plane["spec"]["template"]["spec"];
+    let images: Vec<&str> = ["initContainers", "containers"]
         .iter()
+        .flat_map(|k| template[*k].as_array().unwrap())
         .map(|c| c["image"].as_str().unwrap())
         .collect();
     assert!(
@@ -252,11 +252,11 @@ spec:
         "{tenant_doc}"
     );
 
-    // Deleting one of the shared plane's two Pods under traffic: the connector unregisters at
-    // once and the proxy keeps serving through its grace period, so no request is lost (no
-    // 5xx, no broken connection). Known gap, measured and printed, not hidden: the replacement
-    // Pod's connector registers before the controller has pushed that Pod's first config, so
-    // the edge can send it a few requests its proxy answers `404 no matching route`.
+    // Deleting one of the shared plane's two Pods under traffic, until its replacement is
+    // Ready and its connector registered, and a while longer: the old connector unregisters and
+    // finishes its requests before its proxy (a sidecar) is stopped, and the new connector
+    // starts only once its proxy holds a config. So no request is lost (no 5xx, no broken
+    // connection) and none is answered `404 no matching route` by a proxy without config.
     let plane_pods = json(
         cluster,
         &[
@@ -293,30 +293,53 @@ spec:
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let deleted = tokio::time::Instant::now();
     kubectl(
         cluster,
         &["-n", NS, "delete", "pod", &victim, "--wait=false"],
     )
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(150);
-    while cluster
-        .kubectl_ok(&["-n", NS, "get", "pod", &victim])
-        .await
-        .is_ok()
-    {
+    let deadline = deleted + Duration::from_secs(150);
+    let (mut gone, mut replaced) = (None, None);
+    while gone.is_none() || replaced.is_none() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "plane Pod {victim} still there"
+            "plane Pod {victim} gone after {gone:?}, replaced after {replaced:?}"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        if gone.is_none()
+            && cluster
+                .kubectl_ok(&["-n", NS, "get", "pod", &victim])
+                .await
+                .is_err()
+        {
+            gone = Some(deleted.elapsed());
+        }
+        let ready = json(cluster, &["-n", NS, "get", "deployment", "tunnel-proxy"]).await["status"]
+            ["readyReplicas"]
+            .as_u64();
+        if gone.is_some()
+            && replaced.is_none()
+            && ready == Some(2)
+            && double.live_connections(&tunnel.tunnel_id) == 2
+        {
+            replaced = Some(deleted.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The replacement's connector takes its share of the traffic for a while.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, unconfigured, failed) = traffic.await.unwrap();
     eprintln!(
-        "deleting plane Pod {victim}: {ok} requests answered, {unconfigured} answered 404 by a \
-         Pod without config yet, {} lost",
+        "deleting plane Pod {victim}: gone after {gone:?}, replacement Ready and registered after \
+         {replaced:?}; {ok} requests answered, {unconfigured} answered 404 by a Pod without \
+         config, {} lost",
         failed.len()
     );
     assert!(ok > 0);
     assert!(failed.is_empty(), "lost during the roll: {failed:?}");
+    assert_eq!(
+        unconfigured, 0,
+        "requests answered `404 no matching route` by a Pod without config during the roll"
+    );
 }

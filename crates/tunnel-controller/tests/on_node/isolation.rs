@@ -192,10 +192,9 @@ async fn programmed_follows_the_planes_readiness(install: &Install, tunnel_a: &T
         if programmed["status"] == "True" {
             assert!(
                 pods.iter().any(|p| pod_ready(p)
-                    && p["spec"]["containers"]
-                        .as_array()
-                        .unwrap()
+                    && ["initContainers", "containers"]
                         .iter()
+                        .flat_map(|k| p["spec"][*k].as_array().into_iter().flatten())
                         .any(|c| c["image"] == PROXY_IMAGE)),
                 "Programmed=True without a Ready Pod of the real proxy: {programmed} {pods:?}"
             );
@@ -325,11 +324,16 @@ async fn a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(
     eprintln!(
         "token rotation of tenant-a's plane ({took:.0?} until the old Pods were gone): {ok} \
          requests answered by tenant-a's backend, {unconfigured} answered 404 by a Pod without \
-         config yet, {} failed",
+         config, {} failed",
         failed.len()
     );
     assert!(ok > 0);
     assert!(failed.is_empty(), "failed during the rotation: {failed:?}");
+    // The new Pods' connectors start only once their proxy (a sidecar) holds a config.
+    assert_eq!(
+        unconfigured, 0,
+        "requests answered `404 no matching route` by a Pod without config during the rotation"
+    );
 
     // Only Pods of the new template remain, each with its connector on the new token.
     let new_pods = plane_pods(install).await;

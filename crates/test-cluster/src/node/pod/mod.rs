@@ -6,6 +6,12 @@
 //!
 //! Starting, probing and restarting containers is here; [`stop`] stops them (hooks, signals, grace)
 //! and removes the Pod object; [`status`] writes what the node reports (status and Events).
+//!
+//! Native sidecars (init containers with `restartPolicy: Always`) follow the kubelet: each starts
+//! in its turn among the init containers, and the next one (or the app containers) starts only
+//! once it has *started* (running, past its startup probe); it is restarted with back-off
+//! whenever it exits, whatever the Pod's restart policy; its readiness counts toward the Pod's;
+//! and it is stopped after the app containers (see [`stop`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -70,6 +76,11 @@ enum State {
 
 struct ContainerRun {
     spec: Container,
+    /// An init container with `restartPolicy: Always`: runs for the Pod's life.
+    sidecar: bool,
+    /// Whether it ever got past its startup probe (a sidecar then lets the next one start, and
+    /// a restart does not hold them back again).
+    has_started: bool,
     state: State,
     /// The state before the last restart (`lastState`).
     last: Option<Value>,
@@ -114,6 +125,16 @@ impl ContainerRun {
         self.started()
             && self.probes.kill_at.is_none()
             && self.probes.readiness.as_ref().is_none_or(|p| p.passing)
+    }
+
+    /// Whether the containers after this init container may start: it completed, or (a
+    /// sidecar) it has started once.
+    fn initialized(&self) -> bool {
+        if self.sidecar {
+            self.has_started
+        } else {
+            self.completed()
+        }
     }
 }
 
@@ -170,6 +191,8 @@ pub(super) async fn run(context: Arc<Context>, mut rx: watch::Receiver<Option<Po
         .chain(spec.containers)
         .enumerate()
         .map(|(i, spec)| ContainerRun {
+            sidecar: i < init_count && spec.restart_policy.as_deref() == Some("Always"),
+            has_started: false,
             spec,
             state: State::Waiting {
                 // The kubelet's reason for app containers while init containers run.
@@ -237,24 +260,13 @@ impl Worker {
                 }
             }
         }
-        let spec = self.pod.spec.as_ref();
-        let sidecar = spec
-            .and_then(|s| s.init_containers.as_ref())
-            .is_some_and(|i| {
-                i.iter()
-                    .any(|c| c.restart_policy.as_deref() == Some("Always"))
-            });
-        let refused = if sidecar {
-            Some(
-                "sidecar containers (init containers with restartPolicy Always) are not supported by this node yet",
-            )
-        } else if spec.is_some_and(|s| s.host_network == Some(true)) {
-            Some("hostNetwork is not supported by this node yet")
-        } else {
-            None
-        };
-        if let Some(message) = refused {
-            let message = message.to_owned();
+        let host_network = self
+            .pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.host_network == Some(true));
+        if host_network {
+            let message = "hostNetwork is not supported by this node yet".to_owned();
             for i in 0..self.containers.len() {
                 self.containers[i].restart_at = None;
                 let event = format!("Error: {message}");
@@ -315,22 +327,17 @@ impl Worker {
             if let State::Running { process, started } = &mut self.containers[i].state
                 && let Some(status) = process.exited()
             {
-                use std::os::unix::process::ExitStatusExt;
-                let state = State::Terminated {
-                    exit_code: status
-                        .code()
-                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-                    signal: status.signal(),
-                    started: started.clone(),
-                    finished: now(),
-                };
+                let state = exit_state(status, started.clone());
                 let init = i < self.init_count;
                 let c = &mut self.containers[i];
                 c.state = state;
                 let failed =
                     matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0);
-                // An init container runs to completion: again only after a failure.
-                let restart = if init {
+                // A sidecar runs for the Pod's life; an init container runs to completion:
+                // again only after a failure.
+                let restart = if c.sidecar {
+                    true
+                } else if init {
                     failed && policy != "Never"
                 } else {
                     policy == "Always" || (policy == "OnFailure" && failed)
@@ -360,10 +367,11 @@ impl Worker {
                     }
                 }
             }
-            // Init containers one after the other, app containers once they all completed.
+            // Init containers one after the other, app containers once they all completed (or,
+            // sidecars, started).
             let turn = self.containers[..i.min(self.init_count)]
                 .iter()
-                .all(ContainerRun::completed);
+                .all(ContainerRun::initialized);
             let due = turn
                 && self.containers[i]
                     .restart_at
@@ -372,6 +380,27 @@ impl Worker {
                 self.start_container(i).await;
             }
             self.probe(i).await;
+            let c = &mut self.containers[i];
+            c.has_started |= c.started();
+        }
+        // The app containers are done for good (restartPolicy Never or OnFailure): sidecars do
+        // not keep the Pod alive; they are stopped as on deletion.
+        let (inits, apps) = self.containers.split_at(self.init_count);
+        let finished = !apps.is_empty()
+            && apps
+                .iter()
+                .all(|c| c.restart_at.is_none() && matches!(c.state, State::Terminated { .. }));
+        let sidecars_left = inits.iter().any(|c| {
+            c.sidecar && (matches!(c.state, State::Running { .. }) || c.restart_at.is_some())
+        });
+        if finished && sidecars_left {
+            let grace = self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            self.stop_all(grace).await;
         }
     }
 
@@ -568,10 +597,15 @@ impl Worker {
             return;
         };
         let deadline = Instant::now() + POST_START_TIMEOUT;
-        let Err(message) = self.run_hook(c, &hook, "PostStartHook", deadline).await else {
+        let target = c.hook_target();
+        let name = c.spec.name.clone();
+        let ran = self
+            .hook_env()
+            .run(&target, &hook, "PostStartHook", deadline)
+            .await;
+        let Err(message) = ran else {
             return;
         };
-        let name = c.spec.name.clone();
         self.event("Warning", "FailedPostStartHook", &message).await;
         if let State::Running { process, .. } = &mut self.containers[i].state {
             process.kill();
@@ -764,6 +798,19 @@ impl Worker {
         if news {
             self.event("Warning", "Failed", event).await;
         }
+    }
+}
+
+/// The state of a container whose process exited with `status` (a signal's code as a shell's).
+fn exit_state(status: std::process::ExitStatus, started: String) -> State {
+    use std::os::unix::process::ExitStatusExt;
+    State::Terminated {
+        exit_code: status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        signal: status.signal(),
+        started,
+        finished: now(),
     }
 }
 

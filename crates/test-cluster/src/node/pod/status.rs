@@ -38,13 +38,19 @@ impl Worker {
             .and_then(|s| s.restart_policy.as_deref())
             .unwrap_or("Always");
         let (inits, apps) = self.containers.split_at(self.init_count);
-        let initialized = inits.iter().all(ContainerRun::completed);
-        // An init container that failed and will not run again fails the Pod.
+        let initialized = inits.iter().all(ContainerRun::initialized);
+        // An init container that failed and will not run again fails the Pod (a sidecar is not
+        // run to completion: it does not count).
         let init_failed = inits.iter().any(|c| {
-            c.restart_at.is_none()
+            !c.sidecar
+                && c.restart_at.is_none()
                 && matches!(c.state, State::Terminated { exit_code, .. } if exit_code != 0)
         });
-        let all_ready = initialized && !apps.is_empty() && apps.iter().all(ContainerRun::ready);
+        // Sidecars' readiness counts toward the Pod's.
+        let all_ready = initialized
+            && !apps.is_empty()
+            && apps.iter().all(ContainerRun::ready)
+            && inits.iter().filter(|c| c.sidecar).all(ContainerRun::ready);
         let terminated: Vec<i32> = apps
             .iter()
             .filter_map(|c| match c.state {
@@ -73,15 +79,21 @@ impl Worker {
                    "lastTransitionTime": self.start_time})
         };
         let ip = self.pod_ip();
-        let statuses = |containers: &[ContainerRun]| -> Vec<Value> {
+        // As the kubelet: a plain init container is `ready` once it completed.
+        let statuses = |containers: &[ContainerRun], init: bool| -> Vec<Value> {
             containers
                 .iter()
                 .map(|c| {
+                    let ready = if init && !c.sidecar {
+                        matches!(c.state, State::Terminated { exit_code: 0, .. })
+                    } else {
+                        c.ready()
+                    };
                     let mut s = json!({
                         "name": c.spec.name,
                         "image": c.spec.image.clone().unwrap_or_default(),
                         "imageID": "",
-                        "ready": c.ready(),
+                        "ready": ready,
                         "started": c.started(),
                         "restartCount": c.restarts,
                         "state": state_json(&c.state),
@@ -106,10 +118,10 @@ impl Worker {
                 condition("ContainersReady", all_ready),
                 condition("PodScheduled", true),
             ],
-            "containerStatuses": statuses(apps),
+            "containerStatuses": statuses(apps, false),
         });
         if !inits.is_empty() {
-            status["initContainerStatuses"] = json!(statuses(inits));
+            status["initContainerStatuses"] = json!(statuses(inits, true));
         }
         if !ip.is_empty() {
             status["podIP"] = json!(ip);
