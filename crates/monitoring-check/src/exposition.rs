@@ -2,8 +2,10 @@
 //! seen on each. prometheus-client writes OpenMetrics text: a family is declared by
 //! `# TYPE <name> <type>` with the name it was registered under (`cftunnel_reconcile`) and its
 //! samples carry the type's suffixes (`cftunnel_reconcile_total`; a histogram's `_bucket` with
-//! `le`, `_sum`, `_count`). A family without children yet is declared but has no samples: its
-//! names are known from the type, its labels are not.
+//! `le`, `_sum`, `_count`). prometheus-client (0.26) writes nothing for a family without
+//! children yet: a series that only failures create is absent until one happened. Other
+//! exporters declare such a family without samples: its names are known from the type, its
+//! labels are not.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -162,7 +164,8 @@ mod tests {
             ("rp_request_duration_seconds", false),
             ("rp_inflight", true),
             ("rp_inflight_total", false),
-            ("rp_failures_total", true),
+            // Untouched: not written at all.
+            ("rp_failures_total", false),
         ] {
             assert_eq!(e.has_series(name), exported, "{name}");
         }
@@ -188,9 +191,12 @@ mod tests {
     #[test]
     fn plain_prometheus_text_counts_too() {
         let mut e = Exposition::default();
-        e.add("# TYPE x_total counter\nx_total{a=\"1\"} 3 1700000000\ny 1\n");
+        e.add("# TYPE x_total counter\nx_total{a=\"1\"} 3 1700000000\ny 1\n# TYPE z counter\n");
         assert!(e.has_series("x_total"));
         assert!(e.has_series("y"));
         assert_eq!(e.labels("x_total").unwrap().len(), 1);
+        // Declared without samples: the name is exported, its labels unknown.
+        assert!(e.has_series("z_total"));
+        assert_eq!(e.labels("z_total"), None);
     }
 }

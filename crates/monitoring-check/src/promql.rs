@@ -399,12 +399,12 @@ fn tokenize(expr: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
                 ];
                 let op = OPS
                     .iter()
-                    .find(|op| expr[i..].starts_with(**op))
+                    .find(|op| expr[i..].starts_with(*op))
                     .ok_or_else(|| {
                         ParseError::Unexpected(expr[i..].chars().next().unwrap_or('?'), start)
                     })?;
                 i += op.len();
-                out.push((start, Tok::Op(op)));
+                out.push((start, Tok::Op(*op)));
             }
         }
     }
