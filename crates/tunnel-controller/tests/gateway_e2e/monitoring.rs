@@ -1,10 +1,13 @@
 //! The monitoring manifests (deploy/tunnel-gateway/monitoring) query only what the processes
-//! export: after traffic (a served request, a backend that refuses connections) the leading
-//! controller's and a shared-plane proxy's `/metrics` hold every series and label a dashboard
-//! panel or an alert selects.
+//! export. prometheus-client writes a series only once something created it, so the test first
+//! makes everything the dashboard and the alerts watch happen: a served request, a backend that
+//! refuses connections, and a Cloudflare API outage the controller recovers from. Then the
+//! leading controller's and a shared-plane proxy's `/metrics` must hold every series and label
+//! a panel, a variable or an alert selects.
 
 use std::time::Duration;
 
+use cloudflare_double::{Fault, FaultRule};
 use test_cluster::unique_name;
 
 use crate::world::*;
@@ -23,7 +26,8 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 #[tokio::test]
 async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     let w = world();
-    let _shared = w.lock.read().await;
+    // The Cloudflare outage below concerns every route.
+    let _exclusive = w.lock.write().await;
     let ns = unique_name("monitoring");
     let (host, dead_host) = (format!("{ns}.example.com"), format!("dead-{ns}.example.com"));
     let port = spawn_backend("monitoring").await;
@@ -47,6 +51,15 @@ async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     })
     .await;
 
+    // Cloudflare answers 502 until the next change's sync has failed, then recovers.
+    w.double
+        .inject(FaultRule::new("/accounts/*", Fault::Status(502)).times(100_000));
+    let late = format!("late-{ns}.example.com");
+    apply(&http_route(&ns, "late", &late, &ns, "echo")).await;
+    wait_route_condition("httproute", &ns, "late", "Accepted", "False", "Pending").await;
+    w.double.clear_faults();
+    wait_route_condition("httproute", &ns, "late", "Accepted", "True", "Accepted").await;
+
     let mut exported = monitoring_check::Exposition::default();
     exported.add(&scrape(leader_metrics().await).await);
     exported.add(&scrape(proxy.admin).await);
@@ -54,7 +67,7 @@ async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     let monitoring = monitoring_check::manifests::load(&dir).unwrap();
     let report = monitoring_check::check(&monitoring, &exported);
     for (source, metric, labels) in &report.unverified {
-        eprintln!("not checked (no series yet): {source}: {metric} {labels:?}");
+        eprintln!("not checked (no sample): {source}: {metric} {labels:?}");
     }
     assert!(
         report.problems.is_empty(),
