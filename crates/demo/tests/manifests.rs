@@ -142,8 +142,8 @@ async fn the_monitoring_component_applies_with_the_prometheus_operator_crds() {
     let _logs = cp().logs_on_failure();
     let _serial = APPLYING.lock().await;
     let dir = deploy_dir();
-    let work = test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")])
-        .unwrap();
+    let work =
+        test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")]).unwrap();
     let path = work.path().to_str().unwrap();
     let client = cp().cluster("client");
     let out = kubectl(client, &["apply", "-k", path, "--dry-run=server"]).await;

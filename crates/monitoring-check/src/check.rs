@@ -62,10 +62,7 @@ pub struct Report {
 impl Report {
     /// The problems, one a line (empty when there are none).
     pub fn problems_text(&self) -> String {
-        self.problems
-            .iter()
-            .map(|p| format!("{p}\n"))
-            .collect()
+        self.problems.iter().map(|p| format!("{p}\n")).collect()
     }
 }
 
@@ -186,12 +183,24 @@ app_inflight 0
     #[test]
     fn a_panel_naming_a_metric_that_does_not_exist_fails() {
         let cases: &[(&str, &str)] = &[
-            ("rate(app_requests_total[5m])", "q0: no series app_requests_total is exported"),
+            (
+                "rate(app_requests_total[5m])",
+                "q0: no series app_requests_total is exported",
+            ),
             // A counter is stored with _total; the registered name alone is no series.
-            ("rate(app_request[5m])", "q0: no series app_request is exported"),
+            (
+                "rate(app_request[5m])",
+                "q0: no series app_request is exported",
+            ),
             // A histogram has no series under its bare name.
-            ("app_duration_seconds", "q0: no series app_duration_seconds is exported"),
-            ("app_inflight_total", "q0: no series app_inflight_total is exported"),
+            (
+                "app_duration_seconds",
+                "q0: no series app_duration_seconds is exported",
+            ),
+            (
+                "app_inflight_total",
+                "q0: no series app_inflight_total is exported",
+            ),
         ];
         for (expr, want) in cases {
             assert_eq!(problems(&[expr]), [*want], "{expr}");
@@ -202,7 +211,9 @@ app_inflight 0
     fn a_label_the_series_do_not_carry_fails() {
         assert_eq!(
             problems(&["sum by (verb) (rate(app_request_total[5m]))"]),
-            ["q0: app_request_total has no label verb (it has [\"code\", \"target\"] and the scrape's)"]
+            [
+                "q0: app_request_total has no label verb (it has [\"code\", \"target\"] and the scrape's)"
+            ]
         );
         // `le` is on _bucket only.
         assert_eq!(
@@ -229,7 +240,11 @@ app_inflight 0
         assert!(r.problems.is_empty(), "{:?}", r.problems);
         assert_eq!(
             r.unverified,
-            [("q0".to_owned(), "app_failures_total".to_owned(), vec!["reason".to_owned()])]
+            [(
+                "q0".to_owned(),
+                "app_failures_total".to_owned(),
+                vec!["reason".to_owned()]
+            )]
         );
     }
 
@@ -253,9 +268,20 @@ app_inflight 0
         let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
         for product in ["tunnel-gateway", "resource-proxy"] {
             let m = crate::manifests::load(&deploy.join(product).join("monitoring")).unwrap();
-            let alerts = m.queries.iter().filter(|q| q.source.contains("alert ")).count();
-            let panels = m.queries.iter().filter(|q| q.source.contains("panel ")).count();
-            assert!(alerts >= 5 && panels >= 10, "{product}: {alerts} alerts, {panels} panels");
+            let alerts = m
+                .queries
+                .iter()
+                .filter(|q| q.source.contains("alert "))
+                .count();
+            let panels = m
+                .queries
+                .iter()
+                .filter(|q| q.source.contains("panel "))
+                .count();
+            assert!(
+                alerts >= 5 && panels >= 10,
+                "{product}: {alerts} alerts, {panels} panels"
+            );
             for q in &m.queries {
                 let s = promql::selectors(&q.expr)
                     .unwrap_or_else(|e| panic!("{}: {e}: {}", q.source, q.expr));

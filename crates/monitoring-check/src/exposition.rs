@@ -129,9 +129,8 @@ mod tests {
     fn exposition() -> Exposition {
         let mut registry = Registry::default();
         let requests = Family::<Labels, Counter>::default();
-        let duration = Family::<Labels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.1, 1.0])
-        });
+        let duration =
+            Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new([0.1, 1.0]));
         let idle = Family::<Labels, Counter>::default();
         let inflight = Gauge::<i64>::default();
         registry.register("rp_request", "requests", requests.clone());

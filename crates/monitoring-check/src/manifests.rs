@@ -37,10 +37,23 @@ pub enum LoadError {
 }
 
 /// Target labels the Prometheus Operator gives every series of a PodMonitor's targets.
-const POD_MONITOR_LABELS: &[&str] = &["namespace", "pod", "container", "endpoint", "job", "instance"];
+const POD_MONITOR_LABELS: &[&str] = &[
+    "namespace",
+    "pod",
+    "container",
+    "endpoint",
+    "job",
+    "instance",
+];
 /// ... and of a ServiceMonitor's.
 const SERVICE_MONITOR_LABELS: &[&str] = &[
-    "namespace", "service", "pod", "container", "endpoint", "job", "instance",
+    "namespace",
+    "service",
+    "pod",
+    "container",
+    "endpoint",
+    "job",
+    "instance",
 ];
 
 /// Reads `dir`: every `*.yaml` but `kustomization.yaml` (one object each), every `*.json`

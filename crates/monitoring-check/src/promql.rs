@@ -184,9 +184,7 @@ fn aggregation(
     pairs: &[Option<usize>],
     i: usize,
 ) -> Result<Option<((usize, usize), Vec<String>)>, ParseError> {
-    let is_grouping = |j: usize| {
-        matches!(toks.get(j), Some((_, Tok::Ident(k))) if GROUPING.contains(&k.to_ascii_lowercase().as_str()))
-    };
+    let is_grouping = |j: usize| matches!(toks.get(j), Some((_, Tok::Ident(k))) if GROUPING.contains(&k.to_ascii_lowercase().as_str()));
     let mut labels = Vec::new();
     let mut j = i + 1;
     if is_grouping(j) {
@@ -373,13 +371,18 @@ fn tokenize(expr: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
                 i += 1;
                 out.push((start, Tok::Comma));
             }
-            _ if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_') {
+            _ if c.is_ascii_digit()
+                || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) =>
+            {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_')
+                {
                     // An exponent's sign: 1e-3.
                     i += 1;
                     if matches!(b[i - 1], b'e' | b'E')
                         && matches!(b.get(i), Some(b'+' | b'-'))
-                        && b[start..i - 1].iter().all(|x| x.is_ascii_digit() || *x == b'.')
+                        && b[start..i - 1]
+                            .iter()
+                            .all(|x| x.is_ascii_digit() || *x == b'.')
                     {
                         i += 1;
                     }
@@ -438,11 +441,23 @@ mod tests {
     fn selectors_of_expressions() {
         let cases: &[(&str, &[&str])] = &[
             ("up", &["up{} by()"]),
-            ("foo_total{a=\"x\", b!='y', c=~\"z.*\", d!~`w`}", &["foo_total{a=x,b!=y,c=~z.*,d!~w} by()"]),
+            (
+                "foo_total{a=\"x\", b!='y', c=~\"z.*\", d!~`w`}",
+                &["foo_total{a=x,b!=y,c=~z.*,d!~w} by()"],
+            ),
             ("rate(foo_total[5m])", &["foo_total{} by()"]),
-            ("rate(foo_total{code=\"503\"}[$__rate_interval])", &["foo_total{code=503} by()"]),
-            ("sum by (target) (rate(a_total[5m]))", &["a_total{} by(target)"]),
-            ("sum(rate(a_total[5m])) by (target, verb)", &["a_total{} by(target,verb)"]),
+            (
+                "rate(foo_total{code=\"503\"}[$__rate_interval])",
+                &["foo_total{code=503} by()"],
+            ),
+            (
+                "sum by (target) (rate(a_total[5m]))",
+                &["a_total{} by(target)"],
+            ),
+            (
+                "sum(rate(a_total[5m])) by (target, verb)",
+                &["a_total{} by(target,verb)"],
+            ),
             ("sum without (pod) (a)", &["a{} by(pod)"]),
             (
                 "histogram_quantile(0.99, sum by (le, verb) (rate(d_bucket{target=~\"$target\"}[10m])))",
@@ -461,15 +476,30 @@ mod tests {
                 "max by (a) (sum by (a, b) (x)) + y",
                 &["x{} by(a,b)", "y{} by()"],
             ),
-            ("a * on (pod) group_left (node) b", &["a{} by(node,pod)", "b{} by(node,pod)"]),
-            ("(a / ignoring (code) b) or c", &["a{} by(code)", "b{} by(code)", "c{} by()"]),
-            ("{__name__=\"a_total\", job=\"x\"}", &["a_total{job=x} by()"]),
+            (
+                "a * on (pod) group_left (node) b",
+                &["a{} by(node,pod)", "b{} by(node,pod)"],
+            ),
+            (
+                "(a / ignoring (code) b) or c",
+                &["a{} by(code)", "b{} by(code)", "c{} by()"],
+            ),
+            (
+                "{__name__=\"a_total\", job=\"x\"}",
+                &["a_total{job=x} by()"],
+            ),
             ("topk(5, a) offset 5m", &["a{} by()"]),
             ("count_values(\"v\", build_info)", &["build_info{} by()"]),
-            ("a > bool 1e-3 and b unless c or d", &["a{} by()", "b{} by()", "c{} by()", "d{} by()"]),
+            (
+                "a > bool 1e-3 and b unless c or d",
+                &["a{} by()", "b{} by()", "c{} by()", "d{} by()"],
+            ),
             ("absent(a{x=\"\\\"quoted\\\"\"})", &["a{x=\"quoted\"} by()"]),
             ("sum(rate(a_total[5m:30s]))", &["a_total{} by()"]),
-            ("sum by (namespace) (a{ns=~\"${namespace}\"}) * $scale", &["a{ns=~${namespace}} by(namespace)"]),
+            (
+                "sum by (namespace) (a{ns=~\"${namespace}\"}) * $scale",
+                &["a{ns=~${namespace}} by(namespace)"],
+            ),
             ("a @ start()", &["a{} by()"]),
             ("1 + 2", &[]),
         ];
@@ -494,7 +524,10 @@ mod tests {
             ("a{x=1}", ParseError::BadMatchers(1)),
             ("{job=\"x\"}", ParseError::NoMetricName(0)),
             ("{__name__=~\"a.*\"}", ParseError::NoMetricName(0)),
-            ("sum by target (a)", ParseError::BadLabelList("by".into(), 4)),
+            (
+                "sum by target (a)",
+                ParseError::BadLabelList("by".into(), 4),
+            ),
             ("a ? b", ParseError::Unexpected('?', 2)),
         ];
         for (expr, want) in cases {
@@ -505,9 +538,6 @@ mod tests {
     #[test]
     fn labels_join_matchers_and_grouping() {
         let s = &selectors("sum by (le) (rate(h_bucket{verb=\"get\"}[1m]))").unwrap()[0];
-        assert_eq!(
-            s.labels().into_iter().collect::<Vec<_>>(),
-            ["le", "verb"]
-        );
+        assert_eq!(s.labels().into_iter().collect::<Vec<_>>(), ["le", "verb"]);
     }
 }

@@ -162,8 +162,8 @@ async fn the_monitoring_component_applies_with_the_prometheus_operator_crds() {
     let _logs = cp().logs_on_failure();
     installed().await;
     let dir = deploy_dir();
-    let work = test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")])
-        .unwrap();
+    let work =
+        test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")]).unwrap();
     let path = work.path().to_str().unwrap();
     let (ok, out, stderr) = kubectl(&["apply", "-k", path, "--dry-run=server"], None).await;
     assert!(ok, "kubectl apply -k --dry-run=server failed: {stderr}");
@@ -201,9 +201,11 @@ async fn the_monitoring_component_applies_with_the_prometheus_operator_crds() {
     let controller = find(items, "Deployment", "tunnel-gateway-controller");
     let env = &controller["spec"]["template"]["spec"]["containers"][0]["env"];
     assert!(
-        env.as_array().unwrap().iter().any(|e| e["name"]
-            == "CF_MONITORING_NAMESPACE_LABELS"
-            && e["value"] == "kubernetes.io/metadata.name=monitoring"),
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "CF_MONITORING_NAMESPACE_LABELS"
+                && e["value"] == "kubernetes.io/metadata.name=monitoring"),
         "{env}"
     );
 }

@@ -29,7 +29,10 @@ async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     // The Cloudflare outage below concerns every route.
     let _exclusive = w.lock.write().await;
     let ns = unique_name("monitoring");
-    let (host, dead_host) = (format!("{ns}.example.com"), format!("dead-{ns}.example.com"));
+    let (host, dead_host) = (
+        format!("{ns}.example.com"),
+        format!("dead-{ns}.example.com"),
+    );
     let port = spawn_backend("monitoring").await;
     // A Service whose endpoint nobody listens on: connecting fails.
     let dead_port = test_cluster::free_port().unwrap();
