@@ -104,8 +104,7 @@ pub fn selectors(expr: &str) -> Result<Vec<Selector>, ParseError> {
     let toks = tokenize(expr)?;
     let pairs = match_parens(&toks)?;
     let mut found: Vec<(usize, Selector)> = Vec::new();
-    // Labels owed by every selector strictly between two tokens (`None`: the whole expression).
-    let mut spans: Vec<(Option<(usize, usize)>, Vec<String>)> = Vec::new();
+    let mut spans: Vec<Owed> = Vec::new();
     let mut i = 0;
     while i < toks.len() {
         let (at, tok) = &toks[i];
@@ -116,15 +115,18 @@ pub fn selectors(expr: &str) -> Result<Vec<Selector>, ParseError> {
                 if GROUPING.contains(&lower.as_str()) || MATCHING.contains(&lower.as_str()) {
                     let (labels, after) = label_list(&toks, &pairs, i)?;
                     if MATCHING.contains(&lower.as_str()) {
-                        spans.push((enclosing(&pairs, i), labels));
+                        spans.push(Owed {
+                            span: enclosing(&pairs, i),
+                            labels,
+                        });
                     }
                     i = after;
                     continue;
                 }
                 if AGGREGATORS.contains(&lower.as_str())
-                    && let Some((span, labels)) = aggregation(&toks, &pairs, i)?
+                    && let Some(owed) = aggregation(&toks, &pairs, i)?
                 {
-                    spans.push((Some(span), labels));
+                    spans.push(owed);
                     i += 1;
                     continue;
                 }
@@ -156,9 +158,9 @@ pub fn selectors(expr: &str) -> Result<Vec<Selector>, ParseError> {
     Ok(found
         .into_iter()
         .map(|(at, mut s)| {
-            for (span, labels) in &spans {
-                if span.is_none_or(|(from, to)| from < at && at < to) {
-                    s.grouping.extend(labels.iter().cloned());
+            for owed in &spans {
+                if owed.span.is_none_or(|(from, to)| from < at && at < to) {
+                    s.grouping.extend(owed.labels.iter().cloned());
                 }
             }
             s
@@ -175,15 +177,21 @@ fn selector(metric: String, mut matchers: Vec<Matcher>) -> Selector {
     }
 }
 
+/// Labels owed by every selector strictly between two tokens.
+struct Owed {
+    /// The tokens around (`None`: the whole expression).
+    span: Option<(usize, usize)>,
+    labels: Vec<String>,
+}
+
 /// An aggregation at `i`: the span of its argument and its `by`/`without` labels (before or
 /// after the argument). `None` when the name is not used as an aggregation (a metric named
 /// `count`, say).
-#[allow(clippy::type_complexity)]
 fn aggregation(
     toks: &[(usize, Tok)],
     pairs: &[Option<usize>],
     i: usize,
-) -> Result<Option<((usize, usize), Vec<String>)>, ParseError> {
+) -> Result<Option<Owed>, ParseError> {
     let is_grouping = |j: usize| matches!(toks.get(j), Some((_, Tok::Ident(k))) if GROUPING.contains(&k.to_ascii_lowercase().as_str()));
     let mut labels = Vec::new();
     let mut j = i + 1;
@@ -199,7 +207,10 @@ fn aggregation(
     if labels.is_empty() && is_grouping(close + 1) {
         labels = label_list(toks, pairs, close + 1)?.0;
     }
-    Ok(Some(((j, close), labels)))
+    Ok(Some(Owed {
+        span: Some((j, close)),
+        labels,
+    }))
 }
 
 /// The labels in `keyword (a, b)` at `i`, and the index after the closing parenthesis.
@@ -407,7 +418,7 @@ fn tokenize(expr: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
                         ParseError::Unexpected(expr[i..].chars().next().unwrap_or('?'), start)
                     })?;
                 i += op.len();
-                out.push((start, Tok::Op(*op)));
+                out.push((start, Tok::Op(op)));
             }
         }
     }
