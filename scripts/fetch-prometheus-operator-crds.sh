@@ -25,6 +25,8 @@ if ! complete; then
   stage=$(mktemp -d "$(dirname "$cache")/.stage.XXXXXX")
   for c in "${CRDS[@]}"; do cp "$src/monitoring.coreos.com_$c.yaml" "$stage/"; done
   chmod 755 "$stage"
+  # An incomplete set (an interrupted older copy) is replaced.
+  complete || rm -rf "$cache"
   if ! mv -T "$stage" "$cache" 2>/dev/null; then
     rm -rf "$stage"
     complete || { echo "fetch-prometheus-operator-crds: cannot fill $cache" >&2; exit 1; }
