@@ -5,7 +5,7 @@
 //! (the DaemonSet except for its host network). The demo (`tests/demo.rs`) also runs
 //! the proxy end to end as the user of `client-rbac.yaml` with exactly that RBAC.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder};
 use tokio::sync::OnceCell;
@@ -14,6 +14,7 @@ fn spec() -> ControlPlaneBuilder {
     ControlPlane::builder()
         .cluster(ClusterSpec::new("client"))
         .cluster(ClusterSpec::new("target"))
+        .prometheus_operator()
 }
 
 fn cp() -> &'static ControlPlane {
@@ -133,20 +134,48 @@ async fn the_target_kustomization_applies_with_server_dry_run() {
     );
 }
 
-/// `from` → `to` as a relative path (kustomize refuses absolute component paths).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let mut rel = PathBuf::new();
-    for c in from.components() {
-        if matches!(c, Component::Normal(_)) {
-            rel.push("..");
-        }
+/// The opt-in monitoring component (deploy/resource-proxy/monitoring) composed with the client
+/// kustomization as the guide says, against the Prometheus Operator CRDs: the API server accepts
+/// the PodMonitor, the PrometheusRule and the dashboard ConfigMap for the Grafana sidecar.
+#[tokio::test]
+async fn the_monitoring_component_applies_with_the_prometheus_operator_crds() {
+    let _logs = cp().logs_on_failure();
+    let _serial = APPLYING.lock().await;
+    let dir = deploy_dir();
+    let work =
+        test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")]).unwrap();
+    let path = work.path().to_str().unwrap();
+    let client = cp().cluster("client");
+    let out = kubectl(client, &["apply", "-k", path, "--dry-run=server"]).await;
+    for object in [
+        "podmonitor.monitoring.coreos.com/resource-proxy created",
+        "prometheusrule.monitoring.coreos.com/resource-proxy created",
+        "configmap/resource-proxy-dashboard created",
+        "daemonset.apps/resource-proxy",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(object) && l.ends_with("(server dry run)")),
+            "no {object} in the dry run:\n{out}"
+        );
     }
-    for c in to.components() {
-        if let Component::Normal(n) = c {
-            rel.push(n);
-        }
-    }
-    rel
+    let json = kubectl(
+        client,
+        &["apply", "-k", path, "--dry-run=server", "-o", "json"],
+    )
+    .await;
+    let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let cm = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "resource-proxy-dashboard")
+        .unwrap_or_else(|| panic!("no dashboard ConfigMap in {json}"));
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], "kube-system");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(cm["data"]["resource-proxy.json"].as_str().unwrap()).unwrap();
+    assert!(dashboard["panels"].as_array().unwrap().len() >= 10);
 }
 
 /// A kustomization of a vCluster-style StatefulSet with the sidecar component, in a temporary
@@ -165,7 +194,7 @@ fn sidecar_kustomization() -> tempfile::TempDir {
         dir.join("kustomization.yaml"),
         format!(
             "resources: [statefulset.yaml]\ncomponents: [{}]\n",
-            relative(&dir, &deploy_dir().join("sidecar")).display()
+            test_cluster::manifests::relative_path(&dir, &deploy_dir().join("sidecar")).display()
         ),
     )
     .unwrap();

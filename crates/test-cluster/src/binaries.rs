@@ -95,7 +95,7 @@ pub fn echo_basic() -> Result<PathBuf, Error> {
 }
 
 /// Runs `scripts/<name>` (its progress on our stderr) and returns the last line it printed.
-fn run_script(name: &str) -> Result<PathBuf, Error> {
+pub(crate) fn run_script(name: &str) -> Result<PathBuf, Error> {
     let script = repo_root().join("scripts").join(name);
     let out = Command::new("bash")
         .arg(&script)

@@ -17,6 +17,7 @@ pub struct ControlPlaneBuilder {
     clusters: Vec<ClusterSpec>,
     state_dir: Option<PathBuf>,
     gateway_api: bool,
+    prometheus_operator: bool,
 }
 
 impl ControlPlaneBuilder {
@@ -35,6 +36,13 @@ impl ControlPlaneBuilder {
     /// Installs the Gateway API CRDs (standard channel) on every cluster.
     pub fn gateway_api(mut self) -> Self {
         self.gateway_api = true;
+        self
+    }
+
+    /// Installs the Prometheus Operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule) on
+    /// every cluster.
+    pub fn prometheus_operator(mut self) -> Self {
+        self.prometheus_operator = true;
         self
     }
 
@@ -68,6 +76,11 @@ impl ControlPlaneBuilder {
         if self.gateway_api {
             for c in &cp.clusters {
                 crate::gateway_api::install_crds(&c.client().await?).await?;
+            }
+        }
+        if self.prometheus_operator {
+            for c in &cp.clusters {
+                crate::prometheus_operator::install_crds(&c.client().await?).await?;
             }
         }
         Ok(cp)

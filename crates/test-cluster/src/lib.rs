@@ -29,6 +29,7 @@ pub mod netns;
 pub mod node;
 pub mod pki;
 mod process;
+pub mod prometheus_operator;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -116,3 +116,50 @@ pub async fn apply_crds_yaml(client: &kube::Client, yaml: &str) -> Result<Vec<St
     wait_crds_established(client, &crds, Duration::from_secs(30)).await?;
     Ok(crds)
 }
+
+/// `to` relative to `from` (both absolute): kustomize refuses absolute component paths.
+pub fn relative_path(from: &std::path::Path, to: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut rel = std::path::PathBuf::new();
+    for c in from.components() {
+        if matches!(c, Component::Normal(_)) {
+            rel.push("..");
+        }
+    }
+    for c in to.components() {
+        if let Component::Normal(n) = c {
+            rel.push(n);
+        }
+    }
+    rel
+}
+
+/// A kustomization in a temporary directory: the bases `resources` with the kustomize
+/// `components` (absolute paths of directories), as a user composes an opt-in component.
+pub fn kustomization_with(
+    resources: &[&std::path::Path],
+    components: &[&std::path::Path],
+) -> Result<tempfile::TempDir, Error> {
+    let work = tempfile::tempdir().map_err(|e| Error::io(&std::env::temp_dir(), e))?;
+    let dir = work
+        .path()
+        .canonicalize()
+        .map_err(|e| Error::io(work.path(), e))?;
+    let list = |paths: &[&std::path::Path]| -> String {
+        paths
+            .iter()
+            .map(|p| format!("- {}\n", relative_path(&dir, p).display()))
+            .collect()
+    };
+    let file = dir.join("kustomization.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "resources:\n{}components:\n{}",
+            list(resources),
+            list(components)
+        ),
+    )
+    .map_err(|e| Error::io(&file, e))?;
+    Ok(work)
+}

@@ -17,6 +17,7 @@ fn spec() -> ControlPlaneBuilder {
     ControlPlane::builder()
         .cluster(ClusterSpec::new("install"))
         .gateway_api()
+        .prometheus_operator()
 }
 
 fn cp() -> &'static ControlPlane {
@@ -150,6 +151,63 @@ async fn the_kustomization_applies_with_server_dry_run() {
     let class = kubectl_ok(&["get", "gatewayclass", "cloudflare-tunnel", "-o", "json"]).await;
     let class: Value = serde_json::from_str(&class).unwrap();
     assert!(class["metadata"].get("namespace").is_none(), "{class}");
+}
+
+/// The opt-in monitoring component (deploy/tunnel-gateway/monitoring) composed with the install
+/// as the guide says, against the Prometheus Operator CRDs: the API server accepts its
+/// PodMonitors, PrometheusRule, dashboard ConfigMap and NetworkPolicy, and the controller gets
+/// the monitoring namespace for the dedicated planes' NetworkPolicies.
+#[tokio::test]
+async fn the_monitoring_component_applies_with_the_prometheus_operator_crds() {
+    let _logs = cp().logs_on_failure();
+    installed().await;
+    let dir = deploy_dir();
+    let work =
+        test_cluster::manifests::kustomization_with(&[&dir], &[&dir.join("monitoring")]).unwrap();
+    let path = work.path().to_str().unwrap();
+    let (ok, out, stderr) = kubectl(&["apply", "-k", path, "--dry-run=server"], None).await;
+    assert!(ok, "kubectl apply -k --dry-run=server failed: {stderr}");
+    for object in [
+        "podmonitor.monitoring.coreos.com/tunnel-gateway-controller created",
+        "podmonitor.monitoring.coreos.com/tunnel-proxy created",
+        "prometheusrule.monitoring.coreos.com/tunnel-gateway created",
+        "configmap/tunnel-gateway-dashboard created",
+        "networkpolicy.networking.k8s.io/tunnel-proxy-metrics created",
+        "deployment.apps/tunnel-gateway-controller configured",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(object) && l.ends_with("(server dry run)")),
+            "no {object} in the dry run:\n{out}"
+        );
+    }
+    // What the server would store: the dashboard for the Grafana sidecar, the controller's flag.
+    let (ok, json, stderr) = kubectl(
+        &["apply", "-k", path, "--dry-run=server", "-o", "json"],
+        None,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let list: Value = serde_json::from_str(&json).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let cm = items
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "tunnel-gateway-dashboard")
+        .unwrap();
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value =
+        serde_json::from_str(cm["data"]["tunnel-gateway.json"].as_str().unwrap()).unwrap();
+    assert!(dashboard["panels"].as_array().unwrap().len() >= 10);
+    let controller = find(items, "Deployment", "tunnel-gateway-controller");
+    let env = &controller["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "CF_MONITORING_NAMESPACE_LABELS"
+                && e["value"] == "kubernetes.io/metadata.name=monitoring"),
+        "{env}"
+    );
 }
 
 /// A Pod made of `template`'s spec, created with a server-side dry run in the install

@@ -14,6 +14,7 @@ mod fixture;
 mod informer;
 mod isolation;
 mod kubectl_verbs;
+mod monitoring;
 mod openapi;
 mod outage;
 mod owner_references;

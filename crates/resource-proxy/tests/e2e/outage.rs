@@ -136,9 +136,27 @@ async fn namespaces_deleted_during_an_outage_go_at_once_and_leave_nothing_in_the
         started.elapsed()
     );
 
+    // A watch (cut by kubectl after 2 s) for the watch series of the monitoring check below.
+    let _ = tenant
+        .kubectl_ok(&[
+            "get",
+            "widgets",
+            "-n",
+            &kept,
+            "--watch",
+            "--request-timeout=2s",
+        ])
+        .await;
+
     target.stop_server(0);
     let err = kubectl_err(tenant, &["get", "widgets", "-n", &kept]).await;
     assert!(err.contains("is unavailable"), "{err}");
+    // Discovery of the group/version is answered by the proxy itself.
+    kubectl(
+        tenant,
+        &["get", "--raw", &format!("/apis/{GROUP}/{VERSION}")],
+    )
+    .await;
 
     // The namespace controller finishes while the target is down.
     let started = tokio::time::Instant::now();
@@ -220,6 +238,7 @@ async fn namespaces_deleted_during_an_outage_go_at_once_and_leave_nothing_in_the
     assert_eq!(widgets(target, &kept).await, ["stay"]);
     assert_eq!(widgets(target, &shared).await, ["theirs"]);
     let text = metrics(proxy.metrics_port).await;
+    crate::monitoring::assert_monitoring_queries_exported(&text);
     let gv = format!("group_version=\"{GROUP}/{VERSION}\"");
     assert_eq!(
         sample(
