@@ -15,6 +15,7 @@ mod world;
 mod bad_input;
 mod cloudflare;
 mod dedicated;
+mod ownership;
 mod pushes;
 mod routing;
 mod spec_rules;
