@@ -60,9 +60,18 @@ impl fmt::Display for Refusal {
                 hostname,
                 entry,
                 namespaces,
+            } if hostname == entry => write!(
+                f,
+                "hostname {hostname} is delegated to namespace {}",
+                namespaces.join(", ")
+            ),
+            Refusal::DelegatedElsewhere {
+                hostname,
+                entry,
+                namespaces,
             } => write!(
                 f,
-                "hostname {hostname} overlaps {entry}, delegated to namespace {}",
+                "hostname {hostname} overlaps {entry}, delegated more specifically to namespace {}",
                 namespaces.join(", ")
             ),
         }

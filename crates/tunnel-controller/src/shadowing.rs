@@ -43,6 +43,10 @@ impl fmt::Display for How {
                 f,
                 "requests for {hostname} matching {what} go to the other route: the same match ranks the older route (then the lower namespace/name) first"
             ),
+            How::MoreSpecificHostname { specific, general } if general == "*" => write!(
+                f,
+                "requests for {specific} that the other route matches go to it, not to this route (any hostname): a more specific hostname ranks first"
+            ),
             How::MoreSpecificHostname { specific, general } => write!(
                 f,
                 "requests for {specific} that the other route matches go to it, not to this route's {general}: a more specific hostname ranks first"

@@ -35,7 +35,8 @@ use crate::dedicated::claims;
 use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
-    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, RouteOutcome, RouteParentStatus,
+    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, ROUTE_SHADOWED, RouteOutcome,
+    RouteParentStatus,
 };
 
 /// The field manager of every write.

@@ -128,11 +128,13 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
         .join("../../deploy/tunnel-gateway/hostname-ownership")
         .canonicalize()
         .unwrap();
+    // kustomize takes only relative roots: up from the overlay to `/`, then down.
+    let up = "../".repeat(overlay.canonicalize().unwrap().components().count() - 1);
+    let relative = format!("{up}{}", component.display().to_string().trim_start_matches('/'));
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n- {}\n",
-            component.display()
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n- {relative}\n"
         ),
     )
     .unwrap();
