@@ -83,10 +83,24 @@ pub struct HostnameOwnership {
 pub struct HostnameDelegation {
     /// Namespace names (not a label selector: whoever may label a namespace could then claim
     /// hostnames).
-    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")))]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
+    )]
     pub namespaces: Vec<String>,
     /// Gateway API hostnames (lower-case, an optional leading `*.` label).
-    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 253), regex(pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")))]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+            )
+        )
+    )]
     pub hostnames: Vec<String>,
 }
 

@@ -88,8 +88,7 @@ fn refused(result: Result<(), String>, what: &str, names: &[&str]) {
 }
 
 #[tokio::test]
-async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_implementations()
-{
+async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_implementations() {
     test_cluster::install_crypto_provider();
     let cp = ControlPlane::builder()
         .cluster(ClusterSpec::new("vap"))
@@ -130,7 +129,10 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
         .unwrap();
     // kustomize takes only relative roots: up from the overlay to `/`, then down.
     let up = "../".repeat(overlay.canonicalize().unwrap().components().count() - 1);
-    let relative = format!("{up}{}", component.display().to_string().trim_start_matches('/'));
+    let relative = format!(
+        "{up}{}",
+        component.display().to_string().trim_start_matches('/')
+    );
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
@@ -175,25 +177,71 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
     // Tenant B cannot publish or take over A's names, by either route kind, exact or wildcard.
     let b = |kind: &str, name: &str, hosts: &[&str]| route(kind, "team-b", name, EDGE, hosts);
     let attacks = [
-        ("an exact name below A's wildcard", b("HTTPRoute", "x", &["x.a.example.com"]), "x.a.example.com"),
-        ("A's exact apex", b("HTTPRoute", "apex", &["a.example.com"]), "a.example.com"),
-        ("A's wildcard", b("HTTPRoute", "wild", &["*.a.example.com"]), "*.a.example.com"),
-        ("a wildcard below A's", b("HTTPRoute", "deeper", &["*.x.a.example.com"]), "*.x.a.example.com"),
-        ("B's own wildcard, which overlaps A's names", b("HTTPRoute", "wide", &["*.example.com"]), "*.example.com"),
-        ("A's name by GRPCRoute", b("GRPCRoute", "g", &["a.example.com"]), "a.example.com"),
-        ("A's wildcard by GRPCRoute", b("GRPCRoute", "gw", &["*.a.example.com"]), "*.a.example.com"),
-        ("a name nobody delegated", b("HTTPRoute", "none", &["example.org"]), "example.org"),
-        ("one stolen name among B's own", b("HTTPRoute", "mixed", &["shop.example.com", "a.example.com"]), "a.example.com"),
+        (
+            "an exact name below A's wildcard",
+            b("HTTPRoute", "x", &["x.a.example.com"]),
+            "x.a.example.com",
+        ),
+        (
+            "A's exact apex",
+            b("HTTPRoute", "apex", &["a.example.com"]),
+            "a.example.com",
+        ),
+        (
+            "A's wildcard",
+            b("HTTPRoute", "wild", &["*.a.example.com"]),
+            "*.a.example.com",
+        ),
+        (
+            "a wildcard below A's",
+            b("HTTPRoute", "deeper", &["*.x.a.example.com"]),
+            "*.x.a.example.com",
+        ),
+        (
+            "B's own wildcard, which overlaps A's names",
+            b("HTTPRoute", "wide", &["*.example.com"]),
+            "*.example.com",
+        ),
+        (
+            "A's name by GRPCRoute",
+            b("GRPCRoute", "g", &["a.example.com"]),
+            "a.example.com",
+        ),
+        (
+            "A's wildcard by GRPCRoute",
+            b("GRPCRoute", "gw", &["*.a.example.com"]),
+            "*.a.example.com",
+        ),
+        (
+            "a name nobody delegated",
+            b("HTTPRoute", "none", &["example.org"]),
+            "example.org",
+        ),
+        (
+            "one stolen name among B's own",
+            b("HTTPRoute", "mixed", &["shop.example.com", "a.example.com"]),
+            "a.example.com",
+        ),
     ];
     for (what, yaml, host) in &attacks {
-        refused(create_as(cluster, "bob", yaml).await, what, &[host, "team-b"]);
+        refused(
+            create_as(cluster, "bob", yaml).await,
+            what,
+            &[host, "team-b"],
+        );
     }
     // A parentRef without a namespace names a Gateway of the route's own namespace.
     refused(
         create_as(
             cluster,
             "bob",
-            &route("HTTPRoute", "team-b", "local", "{name: local}", &["a.example.com"]),
+            &route(
+                "HTTPRoute",
+                "team-b",
+                "local",
+                "{name: local}",
+                &["a.example.com"],
+            ),
         )
         .await,
         "a local parentRef of ours",
@@ -201,16 +249,30 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
     );
 
     // Each tenant's own names are admitted.
-    create_as(cluster, "bob", &b("HTTPRoute", "shop", &["shop.example.com", "*.shop.example.com"]))
-        .await
-        .unwrap();
+    create_as(
+        cluster,
+        "bob",
+        &b(
+            "HTTPRoute",
+            "shop",
+            &["shop.example.com", "*.shop.example.com"],
+        ),
+    )
+    .await
+    .unwrap();
     create_as(cluster, "bob", &b("GRPCRoute", "api", &["api.example.com"]))
         .await
         .unwrap();
     create_as(
         cluster,
         "alice",
-        &route("HTTPRoute", "team-a", "site", EDGE, &["a.example.com", "*.a.example.com", "x.a.example.com"]),
+        &route(
+            "HTTPRoute",
+            "team-a",
+            "site",
+            EDGE,
+            &["a.example.com", "*.a.example.com", "x.a.example.com"],
+        ),
     )
     .await
     .unwrap();
@@ -232,7 +294,10 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
         .await
         .expect_err("an update taking A's name must be refused")
         .to_string();
-    assert!(err.contains(RULE) && err.contains("x.a.example.com"), "{err}");
+    assert!(
+        err.contains(RULE) && err.contains("x.a.example.com"),
+        "{err}"
+    );
     let kept = cluster
         .kubectl_ok(&[
             "get",
@@ -252,21 +317,39 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
     create_as(
         cluster,
         "bob",
-        &route("HTTPRoute", "team-b", "foreign", "{name: foreign, namespace: infra}", &["a.example.com", "*.example.com"]),
+        &route(
+            "HTTPRoute",
+            "team-b",
+            "foreign",
+            "{name: foreign, namespace: infra}",
+            &["a.example.com", "*.example.com"],
+        ),
     )
     .await
     .unwrap();
     create_as(
         cluster,
         "bob",
-        &route("GRPCRoute", "team-b", "foreign", "{name: foreign, namespace: infra}", &["x.a.example.com"]),
+        &route(
+            "GRPCRoute",
+            "team-b",
+            "foreign",
+            "{name: foreign, namespace: infra}",
+            &["x.a.example.com"],
+        ),
     )
     .await
     .unwrap();
     create_as(
         cluster,
         "bob",
-        &route("HTTPRoute", "team-b", "mesh", "{group: \"\", kind: Service, name: edge, namespace: infra}", &["a.example.com"]),
+        &route(
+            "HTTPRoute",
+            "team-b",
+            "mesh",
+            "{group: \"\", kind: Service, name: edge, namespace: infra}",
+            &["a.example.com"],
+        ),
     )
     .await
     .unwrap();
@@ -294,7 +377,13 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        match create_as(cluster, "bob", &b("HTTPRoute", "after", &["x.a.example.com"])).await {
+        match create_as(
+            cluster,
+            "bob",
+            &b("HTTPRoute", "after", &["x.a.example.com"]),
+        )
+        .await
+        {
             Ok(()) => break,
             Err(e) if e.contains(RULE) && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(300)).await;

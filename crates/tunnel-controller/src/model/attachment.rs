@@ -22,8 +22,8 @@ use super::types::{
 };
 use crate::conditions::Verdict;
 use crate::hostnames;
-use crate::shadowing;
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
+use crate::shadowing;
 use crate::translate::{self, BackendIndex};
 use crate::world::Snapshot;
 
@@ -162,8 +162,10 @@ pub(super) fn shadows(model: &mut Model) {
     for (partition, plan) in &model.partitions {
         let routes = &plan.doc.routes;
         for s in shadowing::shadows(routes) {
-            let (Some(loser), Some(winner)) = (table_route(&routes[s.loser]), table_route(&routes[s.winner]))
-            else {
+            let (Some(loser), Some(winner)) = (
+                table_route(&routes[s.loser]),
+                table_route(&routes[s.winner]),
+            ) else {
                 continue;
             };
             let line = format!("{} {}: {}", winner.kind.as_str(), winner.key, s.how);

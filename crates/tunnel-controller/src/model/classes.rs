@@ -83,7 +83,9 @@ pub(super) fn decide(snap: &Snapshot, settings: &Settings, model: &mut Model) ->
                 .iter()
                 .filter(|c| {
                     c.spec.parameters_ref.as_ref().is_some_and(|p| {
-                        p.group == GROUP && p.kind == "GatewayClassConfig" && p.name == cfg.name_any()
+                        p.group == GROUP
+                            && p.kind == "GatewayClassConfig"
+                            && p.name == cfg.name_any()
                     })
                 })
                 .map(|c| c.name_any())

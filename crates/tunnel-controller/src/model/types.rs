@@ -16,8 +16,8 @@ use crate::conditions::Verdict;
 use crate::credentials::Credentials;
 use crate::dedicated::claims::Sharing;
 use crate::dedicated::{Resolved, VerifyRequest};
-use crate::ownership::Delegations;
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId};
+use crate::ownership::Delegations;
 use crate::translate;
 
 /// Condition type set on routes while their partition's pushes keep failing.

@@ -46,8 +46,12 @@ fn loaded_routes() -> Vec<String> {
                     d.routes
                         .iter()
                         .map(|r| match r {
-                            tunnel_config::config::Route::Http(h) => format!("HTTPRoute {}", h.name),
-                            tunnel_config::config::Route::Grpc(g) => format!("GRPCRoute {}", g.name),
+                            tunnel_config::config::Route::Http(h) => {
+                                format!("HTTPRoute {}", h.name)
+                            }
+                            tunnel_config::config::Route::Grpc(g) => {
+                                format!("GRPCRoute {}", g.name)
+                            }
                         })
                         .collect::<Vec<_>>()
                 })
@@ -135,7 +139,11 @@ spec:
         ("grpcroute", "grpc-wild", vec![format!("*.x.a.{zone}")]),
     ];
     for (kind, name, hosts) in &attacks {
-        let k = if *kind == "httproute" { "HTTPRoute" } else { "GRPCRoute" };
+        let k = if *kind == "httproute" {
+            "HTTPRoute"
+        } else {
+            "GRPCRoute"
+        };
         let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
         let rule = if *kind == "httproute" {
             all.clone()
@@ -145,19 +153,33 @@ spec:
         apply(&route(k, &b, name, &infra, &hosts, &rule)).await;
     }
     apply(&route("HTTPRoute", &b, "own", &infra, &[&b_host], &all)).await;
-    apply(&route("HTTPRoute", &a, "site", &infra, &[&a_host, &a_wild], &all)).await;
+    apply(&route(
+        "HTTPRoute",
+        &a,
+        "site",
+        &infra,
+        &[&a_host, &a_wild],
+        &all,
+    ))
+    .await;
 
     // A's names serve A's backend, B's own name B's: the policy is not refusing everything.
     wait_traffic(&a_host, "/", 200, &format!("{id}-a /")).await;
-    wait_traffic(&format!("x.a.{zone}"), "/login", 200, &format!("{id}-a /login")).await;
+    wait_traffic(
+        &format!("x.a.{zone}"),
+        "/login",
+        200,
+        &format!("{id}-a /login"),
+    )
+    .await;
     wait_traffic(&b_host, "/", 200, &format!("{id}-b /")).await;
     wait_route_condition("httproute", &a, "site", "Accepted", "True", "Accepted").await;
     wait_route_condition("httproute", &b, "own", "Accepted", "True", "Accepted").await;
 
     // Every attack is refused and says why, naming the hostname and A's namespace.
     for (kind, name, hosts) in &attacks {
-        let m = wait_route_condition(kind, &b, name, "Accepted", "False", "HostnameNotPermitted")
-            .await;
+        let m =
+            wait_route_condition(kind, &b, name, "Accepted", "False", "HostnameNotPermitted").await;
         let stolen = hosts.last().unwrap();
         assert!(
             m.contains(stolen.as_str()) && m.contains(&a),
@@ -166,7 +188,15 @@ spec:
     }
     // A Warning Event tells B too.
     eventually("a HostnameNotPermitted Event", WAIT, || async {
-        let ev = kubectl(&["get", "events", "-n", &b, "-o", "jsonpath={.items[*].reason}"]).await;
+        let ev = kubectl(&[
+            "get",
+            "events",
+            "-n",
+            &b,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+        .await;
         if ev.contains("HostnameNotPermitted") {
             Ok(())
         } else {
@@ -180,13 +210,21 @@ spec:
     wait_hostname(&a_wild, true).await;
     wait_hostname(&b_host, true).await;
     let (hosts, _) = ingress_hostnames();
-    for refused in [format!("x.a.{zone}"), format!("*.{zone}"), format!("*.x.a.{zone}")] {
+    for refused in [
+        format!("x.a.{zone}"),
+        format!("*.{zone}"),
+        format!("*.x.a.{zone}"),
+    ] {
         assert!(!hosts.contains(&refused), "{refused} published: {hosts:?}");
     }
     let loaded = loaded_routes();
     assert!(loaded.contains(&format!("HTTPRoute {b}/own")), "{loaded:?}");
     for (kind, name, _) in &attacks {
-        let k = if *kind == "httproute" { "HTTPRoute" } else { "GRPCRoute" };
+        let k = if *kind == "httproute" {
+            "HTTPRoute"
+        } else {
+            "GRPCRoute"
+        };
         assert!(
             !loaded.contains(&format!("{k} {b}/{name}")),
             "{k} {b}/{name} reached a proxy: {loaded:?}"
@@ -205,7 +243,14 @@ spec:
     })
     .await;
     eventually("status.gateways of the config", WAIT, || async {
-        let g = kubectl(&["get", "gcconfig", &class, "-o", "jsonpath={.status.gateways}"]).await;
+        let g = kubectl(&[
+            "get",
+            "gcconfig",
+            &class,
+            "-o",
+            "jsonpath={.status.gateways}",
+        ])
+        .await;
         if g.contains(&format!("{infra}/gw")) {
             Ok(())
         } else {
@@ -252,12 +297,16 @@ async fn without_ownership_colliding_routes_follow_precedence_and_the_loser_says
     let wild = format!("*.w.{id}.example.com");
     let exact = format!("x.w.{id}.example.com");
     apply(&namespace_with_gateway(&a)).await;
-    apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {b}}}\n")).await;
+    apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {b}}}\n"
+    ))
+    .await;
     let port_a = spawn_backend(&format!("{id}-a")).await;
     let port_b = spawn_backend(&format!("{id}-b")).await;
     apply(&service_yaml(&a, "echo", port_a)).await;
     apply(&service_yaml(&b, "echo", port_b)).await;
-    let all = "{matches: [{path: {type: PathPrefix, value: /}}], backendRefs: [{name: echo, port: 80}]}";
+    let all =
+        "{matches: [{path: {type: PathPrefix, value: /}}], backendRefs: [{name: echo, port: 80}]}";
     apply(&route("HTTPRoute", &a, "site", &a, &[&host, &wild], all)).await;
     wait_traffic(&host, "/", 200, &format!("{id}-a /")).await;
 
@@ -290,7 +339,10 @@ async fn without_ownership_colliding_routes_follow_precedence_and_the_loser_says
         "ShadowedByOtherNamespace",
     )
     .await;
-    assert!(m.contains(&format!("{b}/exact")) && m.contains(&exact), "{m}");
+    assert!(
+        m.contains(&format!("{b}/exact")) && m.contains(&exact),
+        "{m}"
+    );
     // The route that wins in plain precedence carries no such condition.
     assert_eq!(
         route_condition("httproute", &b, "exact", "cf.k8s.lex.la/RouteShadowed").await,
