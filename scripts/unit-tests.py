@@ -47,6 +47,7 @@ CLUSTER_TESTS = [
     "test-cluster:node",
     "tunnel-controller:crds",
     "tunnel-controller:gateway_e2e",
+    "tunnel-controller:hostname_policy",
     "tunnel-controller:install",
     "tunnel-controller:on_node",
     "tunnel-controller:render_apply",

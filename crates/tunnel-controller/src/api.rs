@@ -57,6 +57,51 @@ pub struct GatewayClassConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_data_planes_per_namespace: Option<i32>,
+    /// Hostname ownership for multi-tenant clusters: when set, a route attached to a Gateway of
+    /// this class may serve only hostnames delegated to its namespace (others get
+    /// `Accepted=False/HostnameNotPermitted` and are neither pushed nor published). Unset: any
+    /// namespace a listener admits may serve any hostname.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname_ownership: Option<HostnameOwnership>,
+}
+
+/// Which namespaces may serve which hostnames (see docs/tunnel-gateway.md, "Hostname
+/// ownership"). An empty list permits nothing.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HostnameOwnership {
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub delegations: Vec<HostnameDelegation>,
+}
+
+/// Hostnames delegated to namespaces. An entry is an exact name (`a.example.com`) or a wildcard
+/// (`*.a.example.com`: every name below `a.example.com`, not the apex); a more specific entry
+/// delegated to other namespaces takes its names out of a less specific one.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostnameDelegation {
+    /// Namespace names (not a label selector: whoever may label a namespace could then claim
+    /// hostnames).
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
+    )]
+    pub namespaces: Vec<String>,
+    /// Gateway API hostnames (lower-case, an optional leading `*.` label).
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+            )
+        )
+    )]
+    pub hostnames: Vec<String>,
 }
 
 /// A reference to a key of a Secret, possibly in another namespace (operator-owned config only).
@@ -80,6 +125,10 @@ pub struct GatewayClassConfigStatus {
     /// `SecretsResolved` and `Valid`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The Gateways (`namespace/name`) of the GatewayClasses using this config: the optional
+    /// hostname admission policy checks only routes whose parentRefs name one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
 }
 
 /// A dedicated data plane for one Gateway: its own tunnel (from the connector token), its own

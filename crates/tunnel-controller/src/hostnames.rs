@@ -59,7 +59,7 @@ fn wildcard_suffix(h: &str) -> Option<&str> {
     h.strip_prefix("*.")
 }
 
-fn normalize(h: &str) -> String {
+pub fn normalize(h: &str) -> String {
     h.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 

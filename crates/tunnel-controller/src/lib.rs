@@ -15,6 +15,8 @@
 //!   (resolution, verified claims, cap), its objects rendered and provisioned, claims verified
 //!   with the Cloudflare API.
 //! - [`hostnames`]: listener and route hostname intersection (TG-5, Gateway API).
+//! - [`ownership`]: which namespaces may serve which hostnames (hostname ownership, opt-in).
+//! - [`shadowing`]: routes of different namespaces losing requests to each other in one table.
 //! - [`grants`]: ReferenceGrant checks for cross-namespace references.
 //! - [`ingress`]: a tunnel's ingress document from the hostnames of its routes (TG-3).
 //! - [`conditions`]: status conditions as decided ([`conditions::Verdict`]) and their merge into
@@ -43,8 +45,10 @@ pub mod keys;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod ownership;
 pub mod planes;
 pub mod push;
+pub mod shadowing;
 pub mod status;
 pub mod translate;
 pub mod tunnels;

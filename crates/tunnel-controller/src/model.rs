@@ -48,5 +48,6 @@ pub fn compute(
     gateways::decide(snap, &classes, verifications, &idx, &mut model);
     attachment::routes(snap, settings, &idx, &mut model);
     attachment::partitions(&mut model);
+    attachment::shadows(&mut model);
     model
 }

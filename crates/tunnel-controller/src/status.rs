@@ -35,7 +35,8 @@ use crate::dedicated::claims;
 use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
-    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, RouteOutcome, RouteParentStatus,
+    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, ROUTE_SHADOWED, RouteOutcome,
+    RouteParentStatus,
 };
 
 /// The field manager of every write.
@@ -83,6 +84,8 @@ pub enum Write {
     ClassConfig {
         name: String,
         conditions: Vec<Condition>,
+        /// `status.gateways`.
+        gateways: Vec<String>,
     },
     Gateway {
         key: ObjKey,
@@ -172,18 +175,15 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
     }
 
     for c in &model.class_configs {
-        let current = c
-            .config
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let status = c.config.status.clone().unwrap_or_default();
+        let current = status.conditions;
         let conditions = merge(&current, &c.verdicts, c.config.metadata.generation, &now);
         notice_failures(&mut notices, c.config.as_ref(), &current, &conditions);
-        if conditions != current {
+        if conditions != current || c.gateways != status.gateways {
             writes.push(Write::ClassConfig {
                 name: c.config.name_any(),
                 conditions,
+                gateways: c.gateways.clone(),
             });
         }
     }
@@ -360,6 +360,7 @@ fn route_write(
             // IngressRuleLimitExceeded).
             let failing = (c.status == "False" && c.type_ != PUBLISHED)
                 || c.type_ == INGRESS_RULE_LIMIT
+                || c.type_ == ROUTE_SHADOWED
                 || c.type_ == claims::CONDITION_TUNNEL_SHARED;
             if failing && was.is_none_or(|w| w.status != c.status || w.reason != c.reason) {
                 let reason = if sync_failed && c.type_ == "Accepted" {
@@ -552,9 +553,13 @@ impl Writer {
                 api.patch(name, &PatchParams::default(), &Patch::Merge(body))
                     .await?;
             }
-            Write::ClassConfig { name, conditions } => {
+            Write::ClassConfig {
+                name,
+                conditions,
+                gateways,
+            } => {
                 let api: Api<GatewayClassConfig> = Api::all(self.client.clone());
-                let body = json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayClassConfig", "status": {"conditions": conditions}});
+                let body = json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayClassConfig", "status": {"conditions": conditions, "gateways": gateways}});
                 api.patch_status(name, &apply, &Patch::Apply(body)).await?;
             }
             Write::Gateway { key, status } => {

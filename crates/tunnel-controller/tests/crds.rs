@@ -91,6 +91,27 @@ async fn the_api_server_enforces_the_schema() {
             "accountId",
         ),
         (
+            class_config(
+                "upper-case-delegation",
+                json!({"hostnameOwnership": {"delegations": [{"namespaces": ["a"], "hostnames": ["A.example.com"]}]}}),
+            ),
+            "hostnames",
+        ),
+        (
+            class_config(
+                "bare-wildcard-delegation",
+                json!({"hostnameOwnership": {"delegations": [{"namespaces": ["a"], "hostnames": ["*"]}]}}),
+            ),
+            "hostnames",
+        ),
+        (
+            class_config(
+                "delegation-without-namespaces",
+                json!({"hostnameOwnership": {"delegations": [{"namespaces": [], "hostnames": ["a.example.com"]}]}}),
+            ),
+            "namespaces",
+        ),
+        (
             gateway_config(
                 "both",
                 json!({"tunnelTokenSecretRef": token, "replicas": 2, "autoscaling": {"maxReplicas": 5, "targetInflightPerPod": 1}}),

@@ -17,12 +17,13 @@ use kube::ResourceExt;
 use tunnel_config::config;
 
 use super::types::{
-    GatewayOutcome, ListenerOutcome, Model, ParentOutcome, PartitionPlan, PolicyOutcome,
-    RouteOutcome, RouteParentStatus, Settings, TunnelPlan,
+    GatewayOutcome, HOSTNAME_NOT_PERMITTED, ListenerOutcome, Model, ParentOutcome, PartitionPlan,
+    PolicyOutcome, ROUTE_SHADOWED, RouteOutcome, RouteParentStatus, Settings, TunnelPlan,
 };
 use crate::conditions::Verdict;
 use crate::hostnames;
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
+use crate::shadowing;
 use crate::translate::{self, BackendIndex};
 use crate::world::Snapshot;
 
@@ -148,6 +149,76 @@ pub(super) fn partitions(model: &mut Model) {
             }
         }
     }
+}
+
+/// The winners a [`ROUTE_SHADOWED`] message names (a catch-all route loses to every route of
+/// its table).
+const MAX_SHADOW_LINES: usize = 5;
+
+/// Routes of different namespaces losing requests to each other in a partition's table: the
+/// loser's parents there get [`ROUTE_SHADOWED`] naming the winners (one condition per parent).
+pub(super) fn shadows(model: &mut Model) {
+    let mut lost: BTreeMap<(RouteId, PartitionKey), Vec<String>> = BTreeMap::new();
+    for (partition, plan) in &model.partitions {
+        let routes = &plan.doc.routes;
+        for s in shadowing::shadows(routes) {
+            let (Some(loser), Some(winner)) = (
+                table_route(&routes[s.loser]),
+                table_route(&routes[s.winner]),
+            ) else {
+                continue;
+            };
+            let line = format!("{} {}: {}", winner.kind.as_str(), winner.key, s.how);
+            let entry = lost.entry((loser, partition.clone())).or_default();
+            if !entry.contains(&line) {
+                entry.push(line);
+            }
+        }
+    }
+    for route in &mut model.routes {
+        for parent in route.parents.iter_mut().filter(|p| p.hostnames.is_some()) {
+            let Some(partition) = model
+                .gateways
+                .get(&parent.gateway)
+                .and_then(|g| g.partition.clone())
+            else {
+                continue;
+            };
+            if let Some(lines) = lost.get(&(route.id.clone(), partition)) {
+                let more = lines.len().saturating_sub(MAX_SHADOW_LINES);
+                parent.verdicts.push(Verdict::new(
+                    ROUTE_SHADOWED,
+                    true,
+                    "ShadowedByOtherNamespace",
+                    format!(
+                        "routes of other namespaces take requests this route matches: {}{}",
+                        lines[..lines.len().min(MAX_SHADOW_LINES)].join("; "),
+                        if more > 0 {
+                            format!("; and {more} more")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The route a table entry came from (its name is `{namespace}/{name}`).
+fn table_route(r: &config::Route) -> Option<RouteId> {
+    let (kind, name) = match r {
+        config::Route::Http(h) => (RouteKind::Http, &h.name),
+        config::Route::Grpc(g) => (RouteKind::Grpc, &g.name),
+    };
+    let (namespace, name) = name.split_once('/')?;
+    Some(RouteId {
+        kind,
+        key: ObjKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        },
+    })
 }
 
 /// The parts of a route that attachment reads, the same for both kinds.
@@ -470,16 +541,29 @@ fn attach(
             None,
         );
     }
+    let served: Vec<String> = if any {
+        Vec::new()
+    } else {
+        hosts.into_iter().collect()
+    };
+    if let Some(delegations) = &gw.ownership
+        && let Err(refusal) = delegations.check_all(&route.id.key.namespace, &served)
+    {
+        return (
+            Verdict::fail(
+                "Accepted",
+                HOSTNAME_NOT_PERMITTED,
+                format!(
+                    "{refusal} (hostname ownership of Gateway {}'s class, GatewayClassConfig spec.hostnameOwnership); nothing of this route is served through it",
+                    ObjKey::of(gw.gateway.as_ref())
+                ),
+            ),
+            None,
+        );
+    }
     (
         Verdict::ok("Accepted", "the route is accepted"),
-        Some((
-            if any {
-                Vec::new()
-            } else {
-                hosts.into_iter().collect()
-            },
-            port,
-        )),
+        Some((served, port)),
     )
 }
 

@@ -12,6 +12,7 @@ use super::types::{ClassConfigOutcome, ClassOutcome, Model, Settings};
 use crate::api::{DEFAULT_API_TOKEN_KEY, GROUP};
 use crate::conditions::Verdict;
 use crate::credentials::{Credentials, secret_value};
+use crate::ownership::Delegations;
 use crate::world::Snapshot;
 
 /// The class's resolved settings.
@@ -21,6 +22,8 @@ pub(super) struct ClassSettings {
     pub credentials: Credentials,
     pub allow_shared_tunnels: bool,
     pub max_per_namespace: Option<i32>,
+    /// The hostname delegations when ownership is on.
+    pub ownership: Option<Arc<Delegations>>,
 }
 
 /// This controller's classes: all of them by name, and the accepted ones' settings.
@@ -76,9 +79,27 @@ pub(super) fn decide(snap: &Snapshot, settings: &Settings, model: &mut Model) ->
     }
     for cfg in &snap.class_configs {
         if let Some(verdicts) = config_verdicts.remove(&cfg.name_any()) {
+            let classes: BTreeSet<String> = ours
+                .iter()
+                .filter(|c| {
+                    c.spec.parameters_ref.as_ref().is_some_and(|p| {
+                        p.group == GROUP
+                            && p.kind == "GatewayClassConfig"
+                            && p.name == cfg.name_any()
+                    })
+                })
+                .map(|c| c.name_any())
+                .collect();
+            let gateways: BTreeSet<String> = snap
+                .gateways
+                .iter()
+                .filter(|g| classes.contains(&g.spec.gateway_class_name))
+                .map(|g| format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any()))
+                .collect();
             model.class_configs.push(ClassConfigOutcome {
                 config: cfg.clone(),
                 verdicts,
+                gateways: gateways.into_iter().collect(),
             });
         }
     }
@@ -170,6 +191,13 @@ fn resolve_class(
         allow_shared_tunnels: cfg.spec.allow_shared_tunnels,
         max_per_namespace: cfg.spec.max_data_planes_per_namespace,
         tunnel_id: cfg.spec.tunnel_id.clone(),
+        ownership: cfg.spec.hostname_ownership.as_ref().map(|o| {
+            Arc::new(Delegations::new(
+                o.delegations
+                    .iter()
+                    .map(|d| (d.namespaces.as_slice(), d.hostnames.as_slice())),
+            ))
+        }),
         credentials: Credentials {
             api_token,
             account_id: cfg.spec.account_id.clone().or(account_hint),

@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gateway_api::apis::standard::gateways::{Gateway, GatewayListeners};
+use gateway_api::apis::standard::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+};
 use kube::ResourceExt;
 
 use super::classes::{ClassSettings, Classes};
-use super::types::{GatewayOutcome, ListenerOutcome, Model, Plane};
+use super::types::{GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane};
 use crate::conditions::Verdict;
 use crate::dedicated::claims;
 use crate::dedicated::{self, ClassPolicy, Decision, Verification};
@@ -75,6 +77,36 @@ pub(super) fn decide(
 
 const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 
+/// The advisory [`PERMISSIVE_HOSTNAME`] on listeners that admit routes of every namespace
+/// without a hostname of their own: any tenant's route may serve any hostname through them.
+fn permissive_listeners(
+    gw: &Gateway,
+    class: Option<&ClassSettings>,
+    listeners: &mut [ListenerOutcome],
+) {
+    let guard = if class.is_some_and(|c| c.ownership.is_some()) {
+        "hostname ownership limits each namespace to its delegated hostnames"
+    } else {
+        "set a hostname, restrict allowedRoutes.namespaces, or turn on hostname ownership in the GatewayClassConfig"
+    };
+    for (l, out) in gw.spec.listeners.iter().zip(listeners) {
+        let all = l
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.namespaces.as_ref())
+            .and_then(|n| n.from.clone())
+            == Some(GatewayListenersAllowedRoutesNamespacesFrom::All);
+        if all && l.hostname.as_deref().is_none_or(str::is_empty) {
+            out.verdicts.push(Verdict::new(
+                PERMISSIVE_HOSTNAME,
+                true,
+                "PermissiveHostname",
+                format!("routes of every namespace may attach and name any hostname: {guard}"),
+            ));
+        }
+    }
+}
+
 fn gateway_outcome(
     gw: &Arc<Gateway>,
     class: Option<&ClassSettings>,
@@ -82,7 +114,8 @@ fn gateway_outcome(
     snap: &Snapshot,
     idx: &BackendIndex,
 ) -> GatewayOutcome {
-    let listeners = listener_outcomes(&gw.spec.listeners);
+    let mut listeners = listener_outcomes(&gw.spec.listeners);
+    permissive_listeners(gw, class, &mut listeners);
     let (client_cert, resolved_refs) = translate::gateway_client_cert(gw, idx);
     let usable = listeners.iter().filter(|l| l.usable).count();
     let key = ObjKey::of(gw.as_ref());
@@ -101,6 +134,7 @@ fn gateway_outcome(
         accepted_event: None,
         sharing: None,
         credentials: class.map(|c| c.credentials.clone()),
+        ownership: class.and_then(|c| c.ownership.clone()),
     };
     let refuse = |out: &mut GatewayOutcome, v: Verdict| {
         out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());

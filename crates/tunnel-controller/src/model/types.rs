@@ -17,10 +17,17 @@ use crate::credentials::Credentials;
 use crate::dedicated::claims::Sharing;
 use crate::dedicated::{Resolved, VerifyRequest};
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId};
+use crate::ownership::Delegations;
 use crate::translate;
 
 /// Condition type set on routes while their partition's pushes keep failing.
 pub const PROXY_CONFIG_PUSHED: &str = "cf.k8s.lex.la/ProxyConfigPushed";
+/// Condition type on a route parent losing requests to a route of another namespace.
+pub const ROUTE_SHADOWED: &str = "cf.k8s.lex.la/RouteShadowed";
+/// Condition type on a listener open to routes of all namespaces without a hostname.
+pub const PERMISSIVE_HOSTNAME: &str = "cf.k8s.lex.la/PermissiveHostname";
+/// The route parent reason when a hostname is not delegated to the route's namespace.
+pub const HOSTNAME_NOT_PERMITTED: &str = "HostnameNotPermitted";
 /// The finalizer on a GatewayClass while Gateways use it (Gateway API convention).
 pub const CLASS_FINALIZER: &str = "gateway-exists-finalizer.gateway.networking.k8s.io";
 
@@ -51,6 +58,8 @@ pub struct ClassOutcome {
 pub struct ClassConfigOutcome {
     pub config: Arc<GatewayClassConfig>,
     pub verdicts: Vec<Verdict>,
+    /// `status.gateways`: the Gateways (`namespace/name`) of the classes using it.
+    pub gateways: Vec<String>,
 }
 
 /// A listener's status.
@@ -89,6 +98,8 @@ pub struct GatewayOutcome {
     pub accepted_event: Option<&'static str>,
     /// Other dedicated Gateways on its tunnel.
     pub sharing: Option<Sharing>,
+    /// The class's hostname delegations when ownership is on.
+    pub ownership: Option<Arc<Delegations>>,
     pub(super) client_cert: Option<translate::ClientCert>,
 }
 

@@ -16,6 +16,7 @@ mod bad_input;
 mod cloudflare;
 mod dedicated;
 mod monitoring;
+mod ownership;
 mod pushes;
 mod routing;
 mod spec_rules;

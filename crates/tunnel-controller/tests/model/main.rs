@@ -94,7 +94,7 @@ struct Out {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     gateway_classes: Vec<ClassOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    gateway_class_configs: Vec<Named>,
+    gateway_class_configs: Vec<ClassConfigOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     gateways: Vec<GatewayOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -147,8 +147,11 @@ struct ClassOut {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Named {
+struct ClassConfigOut {
     name: String,
+    /// `status.gateways` (what the admission policy reads).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gateways: Vec<String>,
     conditions: Vec<Cond>,
 }
 
@@ -423,8 +426,13 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                     conditions: Vec::new(),
                 }),
             },
-            Write::ClassConfig { name, conditions } => out.gateway_class_configs.push(Named {
+            Write::ClassConfig {
+                name,
+                conditions,
+                gateways,
+            } => out.gateway_class_configs.push(ClassConfigOut {
                 name: name.clone(),
+                gateways: gateways.clone(),
                 conditions: conds(conditions),
             }),
             Write::Gateway { key, status } => {
