@@ -4,55 +4,22 @@
 //! binaries, and a request sent to the Cloudflare double's edge travels edge → connector → proxy
 //! Pod → echo-basic Pod.
 //!
-//! The double runs in this process on host loopback; the node's private network namespace sees
-//! its API and connector port at `10.244.0.1` under the names in [`API_HOST`] and
-//! [`EDGE_HOST`] (every Pod's `/etc/hosts`).
+//! The setup (double in this process, cluster with the node, the install) is
+//! [`tunnel_gateway_fixtures::on_node`], shared with `make conformance`.
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
-use cloudflare_double::{CloudflareDouble, Options, TokenScope};
 use serde_json::Value;
-use test_cluster::node::NodeSpec;
-use test_cluster::{Cluster, ClusterSpec, ControlPlane};
+use test_cluster::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tunnel_gateway_fixtures::on_node::{
+    self, Binaries, CONNECTOR_IMAGE, NS, NodeInstall, PROXY_IMAGE,
+};
 
-const NS: &str = "tunnel-gateway-system";
-/// The images as the kustomization writes them (its `images:` and the connector's image).
-const CONTROLLER_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-gateway-controller:0.1.0";
-const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0";
-const CONNECTOR_IMAGE: &str = "cloudflare/cloudflared:2025.11.1";
-/// Where the Pods find the double's API (the controller's `CF_API_URL`).
-const API_HOST: &str = "api.cloudflare-double.invalid";
-const API_PORT: u16 = 8787;
-/// The connector stand-in's default edge (`TUNNEL_EDGE`), port included.
-const EDGE_HOST: &str = "edge.cloudflare-double.invalid";
-const CONNECTOR_PORT: u16 = 7844;
-const NODE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
-const API_TOKEN: &str = "on-node-api-token";
 const HOSTNAME: &str = "echo.on-node.example.com";
 const TENANT_HOSTNAME: &str = "a.on-node.example.com";
-
-/// A binary of this workspace built next to the controller (cargo puts every package's bins
-/// in one directory).
-fn sibling(name: &str, package: &str) -> PathBuf {
-    let controller = Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
-    let path = controller.with_file_name(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p {package} --bins`",
-        path.display()
-    );
-    path
-}
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/tunnel-gateway")
-        .canonicalize()
-        .unwrap()
-}
 
 async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     cluster
@@ -74,23 +41,10 @@ async fn json(cluster: &Cluster, args: &[&str]) -> Value {
     serde_json::from_str(&kubectl(cluster, &args).await).unwrap()
 }
 
-/// Waits for `condition` on `what` in the install namespace (kubectl wait).
+/// Waits for `condition` on `what` in namespace `ns` (kubectl wait).
 async fn wait(cluster: &Cluster, ns: &str, what: &str, condition: &str, timeout: &str) {
-    let for_ = format!("--for={condition}");
-    let timeout = format!("--timeout={timeout}");
-    if let Err(e) = cluster
-        .kubectl_ok(&["wait", "-n", ns, &for_, what, &timeout])
-        .await
-    {
-        let pods = cluster
-            .kubectl_ok(&["get", "pods", "-A", "-o", "wide"])
-            .await
-            .unwrap_or_default();
-        let events = cluster
-            .kubectl_ok(&["get", "events", "-A"])
-            .await
-            .unwrap_or_default();
-        panic!("waiting for {condition} on {what}: {e}\n{pods}\n{events}");
+    if let Err(e) = on_node::wait(cluster, ns, what, condition, timeout).await {
+        panic!("{e}");
     }
 }
 
@@ -137,143 +91,17 @@ async fn until_status(edge: SocketAddr, host: &str, status: u16, timeout: Durati
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_install_serves_a_route_through_the_edge_from_pods() {
     test_cluster::install_crypto_provider();
-    let standin = sibling("cloudflared-standin", "cloudflare-double");
-    let proxy = sibling("tunnel-proxy", "tunnel-proxy");
-
-    // The Cloudflare double: API, edge and connector port on host loopback.
-    let double = CloudflareDouble::start_with(Options {
-        edge: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-        connectors: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let account = double.add_account("on-node").unwrap();
-    let tunnel = double.add_tunnel(&account, "shared").unwrap();
-    double
-        .add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))
-        .unwrap();
-    let edge = double.edge_addr().unwrap();
-
-    let node = NodeSpec::new("kt-node")
-        .image(
-            CONTROLLER_IMAGE,
-            env!("CARGO_BIN_EXE_tunnel-gateway-controller"),
-        )
-        .image(PROXY_IMAGE, proxy)
-        .image(CONNECTOR_IMAGE, standin)
-        .image("echo-basic", test_cluster::echo_basic().unwrap())
-        .host(API_HOST, NODE_ADDR.into())
-        .host(EDGE_HOST, NODE_ADDR.into());
-    let cp = ControlPlane::builder()
-        .cluster(ClusterSpec::new("install").controller_manager().node(node))
-        .gateway_api()
-        .start()
+    let binaries = Binaries::beside(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
+        .unwrap_or_else(|e| panic!("{e} (build it first with `cargo build --bins`)"));
+    let install: NodeInstall = on_node::start(&binaries, &[])
         .await
-        .unwrap();
-    let _logs = cp.logs_on_failure();
-    let cluster = cp.cluster("install");
-    let world = cluster.node().unwrap().world().clone();
-    // The double inside the private namespace, relayed by this process (tasks end with the
-    // test's runtime).
-    for (port, host) in [
-        (API_PORT, double.base_url()),
-        (CONNECTOR_PORT, double.connector_addr().unwrap().to_string()),
-    ] {
-        let host: SocketAddr = host
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let world = world.clone();
-        tokio::spawn(async move {
-            if let Err(e) = world
-                .expose(SocketAddr::from((NODE_ADDR, port)), host)
-                .await
-            {
-                panic!("exposing {host} at {NODE_ADDR}:{port}: {e}");
-            }
-        });
-    }
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _logs = install.cp.logs_on_failure();
+    let cluster = install.cluster();
+    let (double, account, tunnel) = (&install.double, &install.account, &install.tunnel);
+    let edge = install.edge();
 
-    // The operator's part (docs/tunnel-gateway.md): the namespace, the two Secrets, then the
-    // kustomization, the controller pointed at the double, the GatewayClassConfig.
-    let deploy = deploy_dir();
-    apply(
-        cluster,
-        &std::fs::read_to_string(deploy.join("namespace.yaml")).unwrap(),
-    )
-    .await;
-    apply(
-        cluster,
-        &format!(
-            r#"apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-api-token, namespace: {NS}}}
-stringData: {{api-token: {API_TOKEN}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-tunnel-token, namespace: {NS}}}
-stringData: {{tunnel-token: {token}}}
-"#,
-            token = tunnel.token
-        ),
-    )
-    .await;
-    kubectl(cluster, &["apply", "-k", deploy.to_str().unwrap()]).await;
-    let api_url = format!("CF_API_URL=http://{API_HOST}:{API_PORT}/client/v4");
-    kubectl(
-        cluster,
-        &[
-            "-n",
-            NS,
-            "set",
-            "env",
-            "deployment/tunnel-gateway-controller",
-            &api_url,
-        ],
-    )
-    .await;
-    apply(
-        cluster,
-        &format!(
-            r#"apiVersion: cf.k8s.lex.la/v1alpha1
-kind: GatewayClassConfig
-metadata: {{name: cloudflare-tunnel}}
-spec:
-  tunnelID: {tunnel_id}
-  accountId: {account}
-  cloudflareCredentialsSecretRef: {{name: cloudflare-api-token, namespace: {NS}, key: api-token}}
-"#,
-            tunnel_id = tunnel.tunnel_id
-        ),
-    )
-    .await;
-
-    // The controller: its rollout done, both replicas Ready, one of them holding the Lease.
-    kubectl(
-        cluster,
-        &[
-            "-n",
-            NS,
-            "rollout",
-            "status",
-            "deployment/tunnel-gateway-controller",
-            "--timeout=180s",
-        ],
-    )
-    .await;
-    wait(
-        cluster,
-        NS,
-        "deployment/tunnel-gateway-controller",
-        "condition=Available",
-        "120s",
-    )
-    .await;
+    // The controller: both replicas Ready (the rollout is done), one of them holding the Lease.
     let pods = json(
         cluster,
         &[
@@ -434,7 +262,7 @@ spec:
     // A dedicated plane: tenant-a's Gateway with a GatewayConfig on its own tunnel gets
     // `cf-proxy-a` Pods (the real proxy and the connector stand-in, as the controller renders
     // them), and tenant-a's hostname is answered by tenant-a's backend Pod.
-    let tenant_tunnel = double.add_tunnel(&account, "tenant-a").unwrap();
+    let tenant_tunnel = double.add_tunnel(account, "tenant-a").unwrap();
     apply(
         cluster,
         &format!(
@@ -550,7 +378,7 @@ spec:
     assert!(double.live_connections(&tenant_tunnel.tunnel_id) >= 1);
     // Its hostname is in its own tunnel's document only, never in the shared plane's.
     let shared_doc = double
-        .configuration(&account, &tunnel.tunnel_id)
+        .configuration(account, &tunnel.tunnel_id)
         .unwrap()
         .0
         .expect("the shared tunnel's document");
@@ -559,7 +387,7 @@ spec:
         "{shared_doc}"
     );
     let tenant_doc = double
-        .configuration(&account, &tenant_tunnel.tunnel_id)
+        .configuration(account, &tenant_tunnel.tunnel_id)
         .unwrap()
         .0
         .expect("tenant-a's tunnel document");
