@@ -404,9 +404,14 @@ struct Target {
 
 /// The wire protocol a Service port's `appProtocol` asks for, and whether it needs TLS (which
 /// only a BackendTLSPolicy provides); `None` when this route kind cannot speak it. gRPC
-/// defaults to HTTP/2.
+/// defaults to HTTP/2. Unprefixed values are IANA service names, which compare
+/// case-insensitively (RFC 6335, section 5.1): `HTTPS` is `https`.
 fn wire(app_protocol: Option<&str>, grpc: bool) -> Option<(BackendProtocol, bool)> {
     use BackendProtocol::{Http1, Http2};
+    let folded = app_protocol
+        .filter(|p| !p.contains('/'))
+        .map(str::to_ascii_lowercase);
+    let app_protocol = folded.as_deref().or(app_protocol);
     match (app_protocol, grpc) {
         (None | Some("http" | "kubernetes.io/ws"), false) => Some((Http1, false)),
         (Some("https" | "kubernetes.io/wss"), false) => Some((Http1, true)),
