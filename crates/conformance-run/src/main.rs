@@ -281,7 +281,8 @@ spec:
 }
 
 /// Runs the suite in the node's network namespace, with a mount namespace of its own whose
-/// `/etc/hosts` is `hosts`; its output goes to `output` and to this process's stdout.
+/// `/etc/hosts` is `hosts` (util-linux `setpriv`, `nsenter`, `unshare`); its output goes to
+/// `output` and to this process's stdout.
 async fn run_suite(
     netns: &Path,
     hosts: &Path,
@@ -291,8 +292,10 @@ async fn run_suite(
     output: &Path,
     dir: &Path,
 ) -> anyhow::Result<std::process::ExitStatus> {
-    let mut cmd = tokio::process::Command::new("nsenter");
-    cmd.arg(format!("--net={}", netns.display()))
+    // The suite dies with this process (the signal is kept across the execs that follow).
+    let mut cmd = tokio::process::Command::new("setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--", "nsenter"])
+        .arg(format!("--net={}", netns.display()))
         .args(["unshare", "--mount", "--propagation", "private", "--"])
         .args(["sh", "-c", r#"mount --bind "$0" /etc/hosts && exec "$@""#])
         .arg(hosts)
@@ -304,7 +307,9 @@ async fn run_suite(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd.spawn().context("starting the suite (nsenter)")?;
+    let mut child = cmd
+        .spawn()
+        .context("starting the suite (setpriv, nsenter)")?;
     let mut file = tokio::fs::File::create(output).await?;
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");

@@ -130,8 +130,13 @@ mod tests {
     #[test]
     fn an_expected_pass_that_fails_skips_or_is_missing_is_a_regression() {
         let outcomes = parse(OUTPUT);
-        let cases: &[(&[&str], &[(&str, Option<Outcome>)], &[&str])] = &[
-            // (expected, regressions, new passes)
+        // (expected, regressions, new passes)
+        type Case<'a> = (
+            &'a [&'a str],
+            &'a [(&'a str, Option<Outcome>)],
+            &'a [&'a str],
+        );
+        let cases: &[Case<'_>] = &[
             (
                 &["HTTPRouteSimpleSameNamespace", "HTTPRouteMatching"],
                 &[],

@@ -44,13 +44,9 @@ pub enum NodeError {
     DoubleStart(std::io::Error),
     #[error("the cluster: {0}")]
     Cluster(#[from] test_cluster::Error),
-    #[error("{what}: {error}\n{pods}\n{events}")]
-    Wait {
-        what: String,
-        error: test_cluster::Error,
-        pods: String,
-        events: String,
-    },
+    /// A wait that timed out, with every Pod and Event of the cluster.
+    #[error("{0}")]
+    Wait(String),
 }
 
 /// The executables the node runs for the install's images, and any more images.
@@ -282,17 +278,18 @@ pub async fn wait(
     }
     match cluster.kubectl_ok(&args).await {
         Ok(_) => Ok(()),
-        Err(error) => Err(NodeError::Wait {
-            what: format!("waiting for {condition} on {what}"),
-            error,
-            pods: cluster
+        Err(error) => {
+            let pods = cluster
                 .kubectl_ok(&["get", "pods", "-A", "-o", "wide"])
                 .await
-                .unwrap_or_default(),
-            events: cluster
+                .unwrap_or_default();
+            let events = cluster
                 .kubectl_ok(&["get", "events", "-A"])
                 .await
-                .unwrap_or_default(),
-        }),
+                .unwrap_or_default();
+            Err(NodeError::Wait(format!(
+                "waiting for {condition} on {what}: {error}\n{pods}\n{events}"
+            )))
+        }
     }
 }
