@@ -9,7 +9,7 @@ DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunne
 # Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
 TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
-.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
+.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -76,6 +76,24 @@ bench-tunnel-controller: control-plane
 ## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
 bench-resource-proxy: control-plane
 	bash scripts/bench-resource-proxy.sh
+
+## conformance: the Gateway API conformance suite (conformance/, built by
+## scripts/build-conformance.sh) against the tunnel gateway installed from deploy/ on a cluster with
+## the node agent; writes docs/conformance/report.yaml and fails when a test listed in
+## docs/conformance/expected-passes.txt does not pass. Slow, so not part of `make test` (see
+## docs/conformance/README.md). `make conformance CONFORMANCE_ARGS="--run-test NAME"` runs one test;
+## `make conformance-update` rewrites the expected passes from a run.
+CONFORMANCE_PACKAGES := -p tunnel-controller -p tunnel-proxy -p cloudflare-double -p conformance-run
+CONFORMANCE_RUN = ./target/debug/conformance --suite "$$(bash scripts/build-conformance.sh)" \
+	--report docs/conformance/report.yaml --expected docs/conformance/expected-passes.txt \
+	--skip conformance/skip-tests.txt
+conformance: control-plane
+	$(CARGO) build --quiet $(CONFORMANCE_PACKAGES) --bins
+	$(CONFORMANCE_RUN) $(CONFORMANCE_ARGS)
+
+conformance-update: control-plane
+	$(CARGO) build --quiet $(CONFORMANCE_PACKAGES) --bins
+	$(CONFORMANCE_RUN) --update-expected $(CONFORMANCE_ARGS)
 
 clean-state:
 	-./target/debug/test-cluster down --state-dir $(STATE_DIR)

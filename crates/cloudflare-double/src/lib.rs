@@ -159,6 +159,14 @@ impl CloudflareDouble {
         self.connector_addr
     }
 
+    /// Makes the edge send requests for hosts that no tunnel's ingress document names to
+    /// `tunnel_id` (`None`: the edge's 404 again), as if the zone's operator had made a proxied
+    /// CNAME to `<tunnel_id>.cfargotunnel.com` for every other name. The tunnel's document then
+    /// decides (for such a host, its catch-all rule).
+    pub fn route_unclaimed_hosts_to(&self, tunnel_id: Option<&str>) {
+        self.edge.route_unclaimed_hosts_to(tunnel_id);
+    }
+
     /// Live registered connector connections of a tunnel.
     pub fn live_connections(&self, tunnel_id: &str) -> usize {
         self.edge.live_connections(tunnel_id)

@@ -782,3 +782,50 @@ async fn each_tunnel_carries_only_its_own_hosts() {
     let r = get(edge, "b.example.test", "/").await;
     assert_eq!(header(&r, "x-origin"), "b");
 }
+
+#[tokio::test]
+async fn unclaimed_hosts_go_to_the_dns_fallback_tunnel_whose_catch_all_decides() {
+    let (backend_a, backend_b) = (Backend::named("a").await, Backend::named("b").await);
+    let double = double().await;
+    let a = tunnel(
+        &double,
+        json!([{"hostname": "a.example.test", "service": backend_a.url()}, {"service": "http_status:404"}]),
+    );
+    let b = tunnel(
+        &double,
+        json!([{"hostname": "b.example.test", "service": "http_status:418"}, {"service": backend_b.url()}]),
+    );
+    let edge = double.edge_addr().unwrap();
+    let _standin_a = Standin::spawn(double.connector_addr().unwrap(), &a.token, "5s");
+    let _standin_b = Standin::spawn(double.connector_addr().unwrap(), &b.token, "5s");
+    wait_live(&double, &a.tunnel_id, 1).await;
+    wait_live(&double, &b.tunnel_id, 1).await;
+
+    // Without a fallback, a name no document claims does not resolve.
+    let r = get(edge, "other.test", "/").await;
+    assert!(r.body.contains("would not resolve"), "{}", r.body);
+
+    double.route_unclaimed_hosts_to(Some(&b.tunnel_id));
+    // Unclaimed names (an IP literal with a port too) reach tunnel b's catch-all service.
+    for host in [
+        "other.test",
+        "10.0.0.1:80",
+        &format!("{}.cfargotunnel.com", b.tunnel_id),
+    ] {
+        let r = get(edge, host, "/x").await;
+        assert_eq!(
+            (r.status, header(&r, "x-origin")),
+            (StatusCode::OK, "b"),
+            "{host}"
+        );
+    }
+    // A claimed name still goes to the tunnel that claims it, and b's own rules still apply.
+    let r = get(edge, "a.example.test", "/").await;
+    assert_eq!(header(&r, "x-origin"), "a");
+    let r = get(edge, "b.example.test", "/").await;
+    assert_eq!(r.status.as_u16(), 418);
+
+    double.route_unclaimed_hosts_to(None);
+    let r = get(edge, "other.test", "/").await;
+    assert!(r.body.contains("would not resolve"), "{}", r.body);
+}

@@ -247,11 +247,25 @@ impl Cors {
         if let Some(v) = allow_headers {
             out.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
         }
+        if let Some(v) = self.expose_headers() {
+            out.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, v);
+        }
         out.insert(
             header::ACCESS_CONTROL_MAX_AGE,
             HeaderValue::from(self.max_age),
         );
         (StatusCode::NO_CONTENT, out)
+    }
+
+    /// `Access-Control-Expose-Headers`: `*` only without credentials, else the named headers.
+    /// Sent on actual responses, where browsers read it, and on preflights too, as the Gateway
+    /// API conformance suite expects (browsers ignore it there).
+    fn expose_headers(&self) -> Option<HeaderValue> {
+        if self.expose.any && !self.credentials {
+            Some(HeaderValue::from_static("*"))
+        } else {
+            join(self.expose.named.iter().map(HeaderName::as_str))
+        }
     }
 
     /// The headers a response to an actual (non-preflight) request gains: set, replacing the
@@ -264,12 +278,7 @@ impl Cors {
             if self.credentials {
                 set.push((header::ACCESS_CONTROL_ALLOW_CREDENTIALS, TRUE.clone()));
             }
-            let expose = if self.expose.any && !self.credentials {
-                Some(HeaderValue::from_static("*"))
-            } else {
-                join(self.expose.named.iter().map(HeaderName::as_str))
-            };
-            if let Some(v) = expose {
+            if let Some(v) = self.expose_headers() {
                 set.push((header::ACCESS_CONTROL_EXPOSE_HEADERS, v));
             }
         }

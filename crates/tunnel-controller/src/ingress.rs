@@ -1,7 +1,9 @@
 //! The ingress document of one Cloudflare Tunnel (TG-3), computed without I/O: every hostname of
 //! the routes attached to the tunnel's Gateways points at the proxy beside the connector
-//! (`http://localhost:8080`), then the catch-all `http_status:404`. At most 1,000 rules; the
-//! hostnames beyond are returned so their routes can say why.
+//! (`http://localhost:8080`), then the catch-all: `http_status:404`, or the proxy too when a
+//! route serves any host (given as `*`), so that every name the operator's DNS sends to the
+//! tunnel reaches the proxy's routing (Cloudflare refuses `*` as a rule's hostname). At most
+//! 1,000 rules; the hostnames beyond are returned so their routes can say why.
 //!
 //! The controller owns the document's rules (foreign rules are replaced); settings outside the
 //! rules (`originRequest`, `warp-routing`, anything unknown) are kept as they are.
@@ -26,14 +28,20 @@ pub struct Plan {
 
 /// Plans the document for `hostnames`, given in priority order (the routes that keep their rules
 /// when the cap is reached come first: oldest route first). Hostnames are compared
-/// case-insensitively; `*` and empty hostnames are not written (only the proxy serves them).
+/// case-insensitively; `*` and empty hostnames (a route serving any host) get no rule of their
+/// own: they make the catch-all send to the proxy.
 pub fn plan(current: &TunnelConfig, hostnames: &[String]) -> Plan {
     let mut kept: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     let mut overflow = Vec::new();
+    let mut any_host = false;
     for h in hostnames {
         let h = rule_hostname(h);
-        if h.is_empty() || h == "*" || !seen.insert(h.clone()) {
+        if h.is_empty() || h == "*" {
+            any_host = true;
+            continue;
+        }
+        if !seen.insert(h.clone()) {
             continue;
         }
         if kept.len() < MAX_RULES - 1 {
@@ -47,7 +55,14 @@ pub fn plan(current: &TunnelConfig, hostnames: &[String]) -> Plan {
         .into_iter()
         .map(|h| IngressRule::new(h, PROXY_SERVICE))
         .collect();
-    ingress.push(IngressRule::catch_all());
+    ingress.push(if any_host {
+        IngressRule {
+            service: PROXY_SERVICE.to_owned(),
+            ..IngressRule::catch_all()
+        }
+    } else {
+        IngressRule::catch_all()
+    });
     let desired = TunnelConfig {
         ingress,
         extra: current.extra.clone(),
@@ -169,6 +184,35 @@ mod tests {
     fn no_hostnames_leave_only_the_catch_all() {
         let doc = plan(&TunnelConfig::default(), &[]).write.unwrap();
         assert_eq!(rules(&doc), [(None, "http_status:404")]);
+    }
+
+    #[test]
+    fn a_route_serving_any_host_sends_the_catch_all_to_the_proxy() {
+        for any in ["*", "", " * "] {
+            let doc = plan(&TunnelConfig::default(), &hosts(&["a.example.com", any]))
+                .write
+                .unwrap();
+            assert_eq!(
+                rules(&doc),
+                [
+                    (Some("a.example.com"), PROXY_SERVICE),
+                    (None, PROXY_SERVICE)
+                ],
+                "{any:?}"
+            );
+        }
+        // The route gone: the catch-all is the edge's 404 again.
+        let doc = plan(&TunnelConfig::default(), &hosts(&["*"]))
+            .write
+            .unwrap();
+        let back = plan(&doc, &hosts(&["a.example.com"])).write.unwrap();
+        assert_eq!(
+            rules(&back),
+            [
+                (Some("a.example.com"), PROXY_SERVICE),
+                (None, "http_status:404")
+            ]
+        );
     }
 
     #[test]

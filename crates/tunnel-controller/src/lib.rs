@@ -38,6 +38,7 @@ pub mod conditions;
 pub mod controller;
 pub mod credentials;
 pub mod dedicated;
+pub mod features;
 pub mod grants;
 pub mod hostnames;
 pub mod ingress;

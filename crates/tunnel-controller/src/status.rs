@@ -16,7 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
-use gateway_api::apis::standard::gatewayclasses::{GatewayClass, GatewayClassStatus};
+use gateway_api::apis::standard::gatewayclasses::{
+    GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
+};
 use gateway_api::apis::standard::gateways::{
     Gateway, GatewayStatus, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
 };
@@ -32,6 +34,7 @@ use serde_json::json;
 use crate::api::GatewayClassConfig;
 use crate::conditions::{Verdict, merge};
 use crate::dedicated::claims;
+use crate::features::SUPPORTED_FEATURES;
 use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
@@ -146,12 +149,22 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             &now,
         );
         notice_failures(&mut notices, class.as_ref(), &current, &conditions);
-        if conditions != current {
+        let features: Vec<GatewayClassStatusSupportedFeatures> = SUPPORTED_FEATURES
+            .iter()
+            .map(|f| GatewayClassStatusSupportedFeatures {
+                name: (*f).to_owned(),
+            })
+            .collect();
+        let current_features = class
+            .status
+            .as_ref()
+            .and_then(|s| s.supported_features.as_ref());
+        if conditions != current || current_features != Some(&features) {
             writes.push(Write::GatewayClass {
                 name: class.name_any(),
                 status: GatewayClassStatus {
                     conditions: Some(conditions),
-                    supported_features: None,
+                    supported_features: Some(features),
                 },
             });
         }
@@ -408,13 +421,17 @@ fn published(
     let tunnel = gw.and_then(|g| g.tunnel.as_ref());
     let overflow = effects.overflow.get(&r.id);
     let listed = tunnel.and_then(|t| effects.ingress.get(t));
+    // A route serving any host needs the catch-all pointed at the proxy (listed as `*`).
+    let any_host = p.hostnames.as_ref().is_some_and(Vec::is_empty);
     let hostnames = p
         .hostnames
         .iter()
         .flatten()
-        .map(|h| ingress::rule_hostname(h));
+        .map(|h| ingress::rule_hostname(h))
+        .filter(|h| !h.is_empty() && h != "*")
+        .chain(any_host.then(|| "*".to_owned()));
     let (mut left_out, mut missing) = (Vec::new(), Vec::new());
-    for h in hostnames.filter(|h| !h.is_empty() && h != "*") {
+    for h in hostnames {
         if overflow.is_some_and(|o| o.iter().any(|x| ingress::rule_hostname(x) == h)) {
             left_out.push(h);
         } else if !listed.is_some_and(|l| l.contains(&h)) {

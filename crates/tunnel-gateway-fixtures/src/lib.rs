@@ -3,7 +3,8 @@
 //! Service, GatewayClassConfig, GatewayClass and the install's RBAC), EndpointSlices that point
 //! the API server's Services at local ports, and the controller binary's arguments as the
 //! install's ServiceAccount. With the `in-process` feature, `in_process` starts the parts the
-//! tests and the benchmark run in their own process.
+//! tests and the benchmark run in their own process, and `on_node` brings up the install as
+//! deployed on a cluster with the node agent (the `on_node` test, `make conformance`).
 //!
 //! The API server refuses loopback IPs in EndpointSlices; the slices here use the FQDN `127.1`,
 //! which passes and resolves to 127.0.0.1.
@@ -15,6 +16,8 @@ use test_cluster::Cluster;
 
 #[cfg(feature = "in-process")]
 pub mod in_process;
+#[cfg(feature = "in-process")]
+pub mod on_node;
 
 /// The controller's namespace: its Lease, the shared plane's Service and Secrets.
 pub const SYSTEM_NS: &str = "tunnel-gateway-system";

@@ -5,7 +5,10 @@
 //! either answers an `http_status:NNN` rule itself or forwards the request (method, path, query,
 //! headers, streamed body both ways) over one of the tunnel's registered connections, round robin
 //! over the live ones. No live connection: 530 with the 1033 error page. No tunnel claims the
-//! host: 404 (on Cloudflare the name would not resolve at all).
+//! host: 404 (on Cloudflare the name would not resolve at all), unless a DNS fallback tunnel is
+//! set ([`crate::CloudflareDouble::route_unclaimed_hosts_to`]): the zone's operator pointed every
+//! other name at that tunnel (a proxied CNAME per name, made outside the controller), so its
+//! document's rules (its catch-all, for a host no rule names) decide.
 //!
 //! The connector port accepts registrations ([`crate::wire`]): the token's tunnel must exist in
 //! the token's account and its secret must be the tunnel's current one. A rotated secret leaves
@@ -67,6 +70,8 @@ pub(crate) struct Edge {
     world: Shared,
     tunnels: Mutex<HashMap<String, TunnelConns>>,
     cache: Mutex<IngressCache>,
+    /// The tunnel that hosts no document claims resolve to (the operator's own DNS records).
+    unclaimed: Mutex<Option<String>>,
     next_id: AtomicU64,
     shutdown: watch::Receiver<bool>,
 }
@@ -81,6 +86,7 @@ impl Edge {
             world,
             tunnels: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
+            unclaimed: Mutex::new(None),
             next_id: AtomicU64::new(1),
             shutdown,
         })
@@ -93,6 +99,22 @@ impl Edge {
             .map_or(0, |t| {
                 t.conns.iter().filter(|c| !c.sender.is_closed()).count()
             })
+    }
+
+    /// Sends hosts that no tunnel's document claims to `tunnel_id` (`None`: answer 404).
+    pub(crate) fn route_unclaimed_hosts_to(&self, tunnel_id: Option<&str>) {
+        *guard(&self.unclaimed) = tunnel_id.map(str::to_ascii_lowercase);
+    }
+
+    /// The tunnel serving `host` (normalized) and its document: the one whose rules claim it
+    /// best, else the DNS fallback tunnel if it has a document.
+    fn select(&self, host: &str) -> Option<(String, Arc<Ingress>)> {
+        let documents = self.documents();
+        let chosen = match select_tunnel(documents.iter().map(|(id, i)| (id, &**i)), host) {
+            Some((id, _)) => id.clone(),
+            None => guard(&self.unclaimed).clone()?,
+        };
+        documents.into_iter().find(|(id, _)| *id == chosen)
     }
 
     /// Every tunnel with a usable document, in account then tunnel order.
@@ -384,10 +406,7 @@ async fn serve(
     let host = normalize_host(&raw_host);
     let path = req.uri().path().to_string();
 
-    let documents = edge.documents();
-    let Some((tunnel_id, ingress)) =
-        select_tunnel(documents.iter().map(|(id, i)| (id.as_str(), &**i)), &host)
-    else {
+    let Some((tunnel_id, ingress)) = edge.select(&host) else {
         tracing::debug!(%host, "no tunnel claims the host");
         return Ok(page(
             StatusCode::NOT_FOUND,
@@ -398,7 +417,6 @@ async fn serve(
             ),
         ));
     };
-    let tunnel_id = tunnel_id.to_string();
     let service = ingress.find(&host, &path).service.clone();
 
     let conns = edge.pick(&tunnel_id);

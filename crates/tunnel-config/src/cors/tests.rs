@@ -131,6 +131,10 @@ fn a_preflight_from_an_allowed_origin_gets_the_configured_lists() {
         HeaderName::from_static("x-one"),
         HeaderName::from_static("x-two"),
     ];
+    c.expose.named = vec![
+        HeaderName::from_static("x-three"),
+        HeaderName::from_static("x-four"),
+    ];
     c.max_age = 600;
     let (status, h) = c.preflight(&req(&[
         ("origin", "https://x.b.example"),
@@ -151,6 +155,11 @@ fn a_preflight_from_an_allowed_origin_gets_the_configured_lists() {
         Some("x-one, x-two")
     );
     assert_eq!(get(&h, "access-control-max-age"), Some("600"));
+    // Browsers read it on actual responses only; the conformance suite expects it here too.
+    assert_eq!(
+        get(&h, "access-control-expose-headers"),
+        Some("x-three, x-four")
+    );
     assert_eq!(get(&h, "access-control-allow-credentials"), None);
     assert!(get(&h, "vary").unwrap().contains("Origin"));
 }
@@ -219,6 +228,7 @@ fn with_credentials_no_header_is_a_wildcard() {
         Some("x-a, content-type")
     );
     assert_eq!(get(&h, "access-control-allow-credentials"), Some("true"));
+    assert_eq!(get(&h, "access-control-expose-headers"), Some("x-total"));
     // "If the header Access-Control-Request-Headers is not included in the request, the gateway
     // will omit the Access-Control-Allow-Headers response header".
     let (_, h) = c.preflight(&req(&[

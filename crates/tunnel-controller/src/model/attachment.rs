@@ -144,6 +144,10 @@ pub(super) fn partitions(model: &mut Model) {
             let Some(tunnel) = gw.tunnel.as_ref().and_then(|t| model.tunnels.get_mut(t)) else {
                 continue;
             };
+            // A route serving any host is `*`: the document's catch-all then points at the proxy.
+            if hosts.is_empty() {
+                tunnel.hostnames.push(("*".into(), route.id.clone()));
+            }
             for h in hosts {
                 tunnel.hostnames.push((h.clone(), route.id.clone()));
             }

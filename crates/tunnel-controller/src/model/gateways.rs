@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use gateway_api::apis::standard::gateways::{
     Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+    GatewayListenersTlsMode,
 };
 use kube::ResourceExt;
 
@@ -114,7 +115,7 @@ fn gateway_outcome(
     snap: &Snapshot,
     idx: &BackendIndex,
 ) -> GatewayOutcome {
-    let mut listeners = listener_outcomes(&gw.spec.listeners);
+    let mut listeners = listener_outcomes(gw, idx);
     permissive_listeners(gw, class, &mut listeners);
     let (client_cert, resolved_refs) = translate::gateway_client_cert(gw, idx);
     let usable = listeners.iter().filter(|l| l.usable).count();
@@ -272,9 +273,10 @@ fn plane_programmed(gw: &Gateway, snap: &Snapshot) -> Verdict {
     )
 }
 
-fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
+fn listener_outcomes(gw: &Gateway, idx: &BackendIndex) -> Vec<ListenerOutcome> {
     let mut seen: BTreeMap<(i32, String), String> = BTreeMap::new();
-    listeners
+    gw.spec
+        .listeners
         .iter()
         .map(|l| {
             let mut kinds: Vec<&'static str> = Vec::new();
@@ -295,7 +297,10 @@ fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
                 }
                 _ => kinds.extend(SUPPORTED_KINDS),
             }
-            let protocol_ok = l.protocol == "HTTP";
+            // HTTPS is terminated at Cloudflare's edge; the listener is served like HTTP.
+            let passthrough = l.tls.as_ref().and_then(|t| t.mode.as_ref())
+                == Some(&GatewayListenersTlsMode::Passthrough);
+            let protocol_ok = l.protocol == "HTTP" || (l.protocol == "HTTPS" && !passthrough);
             let host_key = (
                 l.port,
                 l.hostname.clone().unwrap_or_default().to_ascii_lowercase(),
@@ -307,19 +312,32 @@ fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
                 seen.insert(host_key, l.name.clone());
             }
             let mut verdicts = Vec::new();
-            let accepted = if !protocol_ok {
+            let accepted = if l.protocol == "HTTPS" && passthrough {
+                Verdict::fail(
+                    "Accepted",
+                    "UnsupportedProtocol",
+                    "tls.mode Passthrough is not supported: Cloudflare terminates TLS at the edge",
+                )
+            } else if !protocol_ok {
                 Verdict::fail(
                     "Accepted",
                     "UnsupportedProtocol",
                     format!(
-                        "protocol {} is not supported: Cloudflare terminates TLS at the edge and the tunnel carries HTTP; use protocol HTTP",
+                        "protocol {} is not supported: Cloudflare terminates TLS at the edge and the tunnel carries HTTP; use protocol HTTP or HTTPS",
                         l.protocol
                     ),
                 )
             } else {
                 Verdict::ok("Accepted", "the listener is accepted")
             };
-            let resolved = if invalid_kinds.is_empty() {
+            let certificates = if l.protocol == "HTTPS" && protocol_ok {
+                listener_certificates(gw, l, idx)
+            } else {
+                Ok(())
+            };
+            let resolved = if let Err(v) = &certificates {
+                v.clone()
+            } else if invalid_kinds.is_empty() {
                 Verdict::ok("ResolvedRefs", "all references resolve")
             } else {
                 Verdict::fail(
@@ -340,7 +358,8 @@ fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
                 ),
                 None => Verdict::new("Conflicted", false, "NoConflicts", "no conflicts"),
             };
-            let usable = protocol_ok && conflict.is_none() && !kinds.is_empty();
+            let usable =
+                protocol_ok && certificates.is_ok() && conflict.is_none() && !kinds.is_empty();
             let programmed = if usable {
                 Verdict::ok("Programmed", "the listener is programmed")
             } else {
@@ -356,4 +375,42 @@ fn listener_outcomes(listeners: &[GatewayListeners]) -> Vec<ListenerOutcome> {
             }
         })
         .collect()
+}
+
+/// An HTTPS listener's `tls.certificateRefs`: each must be a valid `kubernetes.io/tls` Secret
+/// the Gateway may reference. Cloudflare's edge presents its own certificate, so they are
+/// validated, not served; the first problem is the listener's `ResolvedRefs=False`.
+fn listener_certificates(
+    gw: &Gateway,
+    l: &GatewayListeners,
+    idx: &BackendIndex,
+) -> Result<(), Verdict> {
+    let refs = l
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    if refs.is_empty() {
+        return Err(Verdict::fail(
+            "ResolvedRefs",
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs",
+        ));
+    }
+    for r in refs {
+        let reference = translate::SecretRef {
+            group: r.group.as_deref(),
+            kind: r.kind.as_deref(),
+            namespace: r.namespace.as_deref(),
+            name: &r.name,
+        };
+        translate::gateway_tls_secret(
+            gw,
+            "tls.certificateRefs",
+            reference,
+            "InvalidCertificateRef",
+            idx,
+        )?;
+    }
+    Ok(())
 }

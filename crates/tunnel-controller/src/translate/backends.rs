@@ -404,9 +404,14 @@ struct Target {
 
 /// The wire protocol a Service port's `appProtocol` asks for, and whether it needs TLS (which
 /// only a BackendTLSPolicy provides); `None` when this route kind cannot speak it. gRPC
-/// defaults to HTTP/2.
+/// defaults to HTTP/2. Unprefixed values are IANA service names, which compare
+/// case-insensitively (RFC 6335, section 5.1): `HTTPS` is `https`.
 fn wire(app_protocol: Option<&str>, grpc: bool) -> Option<(BackendProtocol, bool)> {
     use BackendProtocol::{Http1, Http2};
+    let folded = app_protocol
+        .filter(|p| !p.contains('/'))
+        .map(str::to_ascii_lowercase);
+    let app_protocol = folded.as_deref().or(app_protocol);
     match (app_protocol, grpc) {
         (None | Some("http" | "kubernetes.io/ws"), false) => Some((Http1, false)),
         (Some("https" | "kubernetes.io/wss"), false) => Some((Http1, true)),
@@ -433,29 +438,65 @@ pub fn gateway_client_cert(gateway: &Gateway, idx: &BackendIndex) -> (Option<Cli
     else {
         return (None, Verdict::ok("ResolvedRefs", "All references resolved"));
     };
+    let reference = SecretRef {
+        group: r.group.as_deref(),
+        kind: r.kind.as_deref(),
+        namespace: r.namespace.as_deref(),
+        name: &r.name,
+    };
+    match gateway_tls_secret(
+        gateway,
+        "spec.tls.backend.clientCertificateRef",
+        reference,
+        "InvalidClientCertificateRef",
+        idx,
+    ) {
+        Ok(cert) => (
+            Some(cert),
+            Verdict::ok("ResolvedRefs", "All references resolved"),
+        ),
+        Err(verdict) => (None, verdict),
+    }
+}
+
+/// A Gateway's reference to a certificate Secret (a listener's `certificateRefs` entry, the
+/// backend client certificate).
+#[derive(Debug, Clone, Copy)]
+pub struct SecretRef<'a> {
+    pub group: Option<&'a str>,
+    pub kind: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+/// The certificate and key of a `kubernetes.io/tls` Secret a Gateway references at `field` (in
+/// another namespace only with a ReferenceGrant from the Gateway to the Secret), or the
+/// `ResolvedRefs=False` verdict: `invalid_reason` (unsupported kind, missing Secret, not valid
+/// PEM) or `RefNotPermitted`.
+pub fn gateway_tls_secret(
+    gateway: &Gateway,
+    field: &str,
+    r: SecretRef<'_>,
+    invalid_reason: &str,
+    idx: &BackendIndex,
+) -> Result<ClientCert, Verdict> {
     let gw_ns = gateway.namespace().unwrap_or_default();
-    let namespace = r.namespace.as_deref().unwrap_or(&gw_ns);
-    let at = format!(
-        "spec.tls.backend.clientCertificateRef {namespace}/{}",
-        r.name
-    );
+    let namespace = r.namespace.unwrap_or(&gw_ns);
+    let at = format!("{field} {namespace}/{}", r.name);
     let invalid = |why: &str| {
-        (
-            None,
-            Verdict::fail(
-                "ResolvedRefs",
-                "InvalidClientCertificateRef",
-                format!("{at}: {why}"),
-            ),
+        Verdict::fail(
+            "ResolvedRefs",
+            invalid_reason.to_owned(),
+            format!("{at}: {why}"),
         )
     };
-    let group = r.group.as_deref().unwrap_or("");
-    let kind = r.kind.as_deref().unwrap_or("Secret");
+    let group = r.group.unwrap_or("");
+    let kind = r.kind.unwrap_or("Secret");
     if !group.is_empty() || kind != "Secret" {
-        return invalid(&format!(
+        return Err(invalid(&format!(
             "kind {}/{kind} is not supported; reference a kubernetes.io/tls Secret",
             if group.is_empty() { "core" } else { group }
-        ));
+        )));
     }
     let from = grants::From {
         group: GATEWAY_GROUP,
@@ -466,28 +507,25 @@ pub fn gateway_client_cert(gateway: &Gateway, idx: &BackendIndex) -> (Option<Cli
         group: "",
         kind: "Secret",
         namespace,
-        name: &r.name,
+        name: r.name,
     };
     if !idx.permits(from, to) {
-        return (
-            None,
-            Verdict::fail(
-                "ResolvedRefs",
-                "RefNotPermitted",
-                format!(
-                    "{at}: no ReferenceGrant in namespace {namespace} allows Gateways from namespace {gw_ns} to reference Secret {}",
-                    r.name
-                ),
+        return Err(Verdict::fail(
+            "ResolvedRefs",
+            "RefNotPermitted",
+            format!(
+                "{at}: no ReferenceGrant in namespace {namespace} allows Gateways from namespace {gw_ns} to reference Secret {}",
+                r.name
             ),
-        );
+        ));
     }
-    let Some(secret) = idx.secrets.get(&key(namespace, &r.name)) else {
-        return invalid("Secret not found");
+    let Some(secret) = idx.secrets.get(&key(namespace, r.name)) else {
+        return Err(invalid("Secret not found"));
     };
     if secret.type_.as_deref() != Some("kubernetes.io/tls") {
-        return invalid("the Secret is not of type kubernetes.io/tls");
+        return Err(invalid("the Secret is not of type kubernetes.io/tls"));
     }
-    let field = |k: &str| {
+    let data = |k: &str| {
         secret
             .data
             .as_ref()
@@ -495,15 +533,12 @@ pub fn gateway_client_cert(gateway: &Gateway, idx: &BackendIndex) -> (Option<Cli
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
             .filter(|v| !v.is_empty())
     };
-    let (Some(cert_pem), Some(key_pem)) = (field("tls.crt"), field("tls.key")) else {
-        return invalid("the Secret needs non-empty PEM keys tls.crt and tls.key");
+    let (Some(cert_pem), Some(key_pem)) = (data("tls.crt"), data("tls.key")) else {
+        return Err(invalid(
+            "the Secret needs non-empty PEM keys tls.crt and tls.key",
+        ));
     };
     let cert = ClientCert { cert_pem, key_pem };
-    match tls_policy::check_client_cert(&cert) {
-        Ok(()) => (
-            Some(cert),
-            Verdict::ok("ResolvedRefs", "All references resolved"),
-        ),
-        Err(why) => invalid(&why),
-    }
+    tls_policy::check_client_cert(&cert).map_err(|why| invalid(&why))?;
+    Ok(cert)
 }

@@ -143,6 +143,9 @@ struct ClassOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     finalizers: Option<Vec<String>>,
     conditions: Vec<Cond>,
+    /// `status.supportedFeatures`, joined by ", " (when written).
+    #[serde(rename = "supportedFeatures", skip_serializing_if = "Option::is_none")]
+    supported_features: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -415,6 +418,12 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                 name: name.clone(),
                 finalizers: None,
                 conditions: conds(status.conditions.as_deref().unwrap_or_default()),
+                supported_features: status.supported_features.as_ref().map(|f| {
+                    f.iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }),
             }),
             Write::ClassFinalizer {
                 name, finalizers, ..
@@ -424,6 +433,7 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                     name: name.clone(),
                     finalizers: Some(finalizers.clone()),
                     conditions: Vec::new(),
+                    supported_features: None,
                 }),
             },
             Write::ClassConfig {

@@ -6,49 +6,38 @@
 //! helpers the tests act and look with: kubectl, requests through the edge, the controller's
 //! metrics read from inside the network namespace.
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::path::Path;
 use std::time::Duration;
 
-use cloudflare_double::{CloudflareDouble, Options, TokenScope, TunnelInfo};
 use serde_json::Value;
-use test_cluster::netns::World;
-use test_cluster::node::NodeSpec;
-use test_cluster::{Cluster, ClusterSpec, ControlPlane};
+use test_cluster::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tunnel_gateway_fixtures::on_node::{self, Binaries, NodeInstall};
+pub use tunnel_gateway_fixtures::on_node::{CONNECTOR_IMAGE, NS, PROXY_IMAGE};
 
-pub const NS: &str = "tunnel-gateway-system";
-/// The images as the kustomization writes them (its `images:` and the connector's image).
-pub const CONTROLLER_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-gateway-controller:0.1.0";
-pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0";
-pub const CONNECTOR_IMAGE: &str = "cloudflare/cloudflared:2025.11.1";
-/// Where the Pods find the double's API (the controller's `CF_API_URL`).
-const API_HOST: &str = "api.cloudflare-double.invalid";
-const API_PORT: u16 = 8787;
-/// The connector stand-in's default edge (`TUNNEL_EDGE`), port included.
-const EDGE_HOST: &str = "edge.cloudflare-double.invalid";
-const CONNECTOR_PORT: u16 = 7844;
-const NODE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
-const API_TOKEN: &str = "on-node-api-token";
 /// The controller's admin port (`/metrics`), as `deploy/` declares it.
 const CONTROLLER_ADMIN_PORT: u16 = 8080;
+
 /// The proxy's answer when it holds no route for a host (its config not pushed yet).
 pub const UNCONFIGURED: &str = "no matching route\n";
 
-/// One test's install; the cluster (and every Pod) stops when it is dropped.
+/// One test's install ([`tunnel_gateway_fixtures::on_node`], shared with `make conformance`);
+/// the cluster (and every Pod) stops when it is dropped.
 pub struct Install {
-    pub double: CloudflareDouble,
-    pub account: String,
-    /// The GatewayClass tunnel (the shared plane's).
-    pub tunnel: TunnelInfo,
+    node: NodeInstall,
     /// The edge on host loopback.
     pub edge: SocketAddr,
-    /// The node's private network namespace.
-    pub world: Arc<World>,
-    pub cp: ControlPlane,
     /// Held for the test's life: one install at a time on this machine.
     _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Deref for Install {
+    type Target = NodeInstall;
+    fn deref(&self) -> &NodeInstall {
+        &self.node
+    }
 }
 
 /// The tests of this binary each start a cluster with a node and a dozen Pods; run together they
@@ -61,151 +50,16 @@ impl Install {
     pub async fn start() -> Install {
         let serial = SERIAL.lock().await;
         test_cluster::install_crypto_provider();
-        let standin = sibling("cloudflared-standin", "cloudflare-double");
-        let proxy = sibling("tunnel-proxy", "tunnel-proxy");
-
-        // The Cloudflare double: API, edge and connector port on host loopback.
-        let double = CloudflareDouble::start_with(Options {
-            edge: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            connectors: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            ..Options::default()
-        })
-        .await
-        .unwrap();
-        let account = double.add_account("on-node").unwrap();
-        let tunnel = double.add_tunnel(&account, "shared").unwrap();
-        double
-            .add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))
-            .unwrap();
-        let edge = double.edge_addr().unwrap();
-
-        let node = NodeSpec::new("kt-node")
-            .image(
-                CONTROLLER_IMAGE,
-                env!("CARGO_BIN_EXE_tunnel-gateway-controller"),
-            )
-            .image(PROXY_IMAGE, proxy)
-            .image(CONNECTOR_IMAGE, standin)
-            .image("echo-basic", test_cluster::echo_basic().unwrap())
-            .host(API_HOST, NODE_ADDR.into())
-            .host(EDGE_HOST, NODE_ADDR.into());
-        let cp = ControlPlane::builder()
-            .cluster(ClusterSpec::new("install").controller_manager().node(node))
-            .gateway_api()
-            .start()
+        let binaries = Binaries::beside(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
+            .unwrap_or_else(|e| panic!("{e} (build them first: `cargo build --bins`)"));
+        let node = on_node::start(&binaries, &[])
             .await
-            .unwrap();
-        let world = cp.cluster("install").node().unwrap().world().clone();
-        // The double inside the private namespace, relayed by this process (tasks end with the
-        // test's runtime).
-        for (port, host) in [
-            (API_PORT, double.base_url()),
-            (CONNECTOR_PORT, double.connector_addr().unwrap().to_string()),
-        ] {
-            let host: SocketAddr = host
-                .trim_start_matches("http://")
-                .split('/')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            let world = world.clone();
-            tokio::spawn(async move {
-                if let Err(e) = world
-                    .expose(SocketAddr::from((NODE_ADDR, port)), host)
-                    .await
-                {
-                    panic!("exposing {host} at {NODE_ADDR}:{port}: {e}");
-                }
-            });
-        }
-        let install = Install {
-            double,
-            account,
-            tunnel,
-            edge,
-            world,
-            cp,
+            .unwrap_or_else(|e| panic!("{e}"));
+        Install {
+            edge: node.edge(),
+            node,
             _serial: serial,
-        };
-        install.operator_part().await;
-        install
-    }
-
-    pub fn cluster(&self) -> &Cluster {
-        self.cp.cluster("install")
-    }
-
-    /// The operator's part (docs/tunnel-gateway.md): the namespace, the two Secrets, then the
-    /// kustomization, the controller pointed at the double, the GatewayClassConfig; then the
-    /// controller's rollout.
-    async fn operator_part(&self) {
-        let cluster = self.cluster();
-        let deploy = deploy_dir();
-        apply(
-            cluster,
-            &std::fs::read_to_string(deploy.join("namespace.yaml")).unwrap(),
-        )
-        .await;
-        apply(
-            cluster,
-            &format!(
-                r#"apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-api-token, namespace: {NS}}}
-stringData: {{api-token: {API_TOKEN}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: cloudflare-tunnel-token, namespace: {NS}}}
-stringData: {{tunnel-token: {token}}}
-"#,
-                token = self.tunnel.token
-            ),
-        )
-        .await;
-        kubectl(cluster, &["apply", "-k", deploy.to_str().unwrap()]).await;
-        let api_url = format!("CF_API_URL=http://{API_HOST}:{API_PORT}/client/v4");
-        kubectl(
-            cluster,
-            &[
-                "-n",
-                NS,
-                "set",
-                "env",
-                "deployment/tunnel-gateway-controller",
-                &api_url,
-            ],
-        )
-        .await;
-        apply(
-            cluster,
-            &format!(
-                r#"apiVersion: cf.k8s.lex.la/v1alpha1
-kind: GatewayClassConfig
-metadata: {{name: cloudflare-tunnel}}
-spec:
-  tunnelID: {tunnel_id}
-  accountId: {account}
-  cloudflareCredentialsSecretRef: {{name: cloudflare-api-token, namespace: {NS}, key: api-token}}
-"#,
-                tunnel_id = self.tunnel.tunnel_id,
-                account = self.account,
-            ),
-        )
-        .await;
-        kubectl(
-            cluster,
-            &[
-                "-n",
-                NS,
-                "rollout",
-                "status",
-                "deployment/tunnel-gateway-controller",
-                "--timeout=180s",
-            ],
-        )
-        .await;
+        }
     }
 
     /// The controllers' `/metrics`, every replica's (only the leader pushes), read from inside
@@ -240,26 +94,6 @@ spec:
     }
 }
 
-/// A binary of this workspace built next to the controller (cargo puts every package's bins
-/// in one directory).
-fn sibling(name: &str, package: &str) -> PathBuf {
-    let controller = Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
-    let path = controller.with_file_name(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p {package} --bins`",
-        path.display()
-    );
-    path
-}
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/tunnel-gateway")
-        .canonicalize()
-        .unwrap()
-}
-
 pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     cluster
         .kubectl_ok(args)
@@ -292,21 +126,8 @@ pub async fn pod_names(cluster: &Cluster, ns: &str, selector: &str) -> Vec<Strin
 
 /// Waits for `condition` on `what` in `ns` (kubectl wait).
 pub async fn wait(cluster: &Cluster, ns: &str, what: &str, condition: &str, timeout: &str) {
-    let for_ = format!("--for={condition}");
-    let timeout = format!("--timeout={timeout}");
-    if let Err(e) = cluster
-        .kubectl_ok(&["wait", "-n", ns, &for_, what, &timeout])
-        .await
-    {
-        let pods = cluster
-            .kubectl_ok(&["get", "pods", "-A", "-o", "wide"])
-            .await
-            .unwrap_or_default();
-        let events = cluster
-            .kubectl_ok(&["get", "events", "-A"])
-            .await
-            .unwrap_or_default();
-        panic!("waiting for {condition} on {what}: {e}\n{pods}\n{events}");
+    if let Err(e) = on_node::wait(cluster, ns, what, condition, timeout).await {
+        panic!("{e}");
     }
 }
 

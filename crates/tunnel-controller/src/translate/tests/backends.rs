@@ -235,6 +235,11 @@ fn app_protocols_choose_the_wire_protocol_or_are_refused() {
         (Some("http"), false, Ok(BackendProtocol::Http1)),
         (Some("kubernetes.io/ws"), false, Ok(BackendProtocol::Http1)),
         (Some("kubernetes.io/h2c"), false, Ok(BackendProtocol::Http2)),
+        // IANA service names ignore case; prefixed names compare exactly.
+        (Some("HTTP"), false, Ok(BackendProtocol::Http1)),
+        (Some("Kubernetes.io/H2C"), false, Err("UnsupportedProtocol")),
+        (Some("GRPC"), true, Ok(BackendProtocol::Http2)),
+        (Some("HTTPS"), false, Err("UnsupportedProtocol")),
         (Some("https"), false, Err("UnsupportedProtocol")),
         (Some("kubernetes.io/wss"), false, Err("UnsupportedProtocol")),
         (Some("mysql"), false, Err("UnsupportedProtocol")),
