@@ -9,7 +9,7 @@ DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunne
 # Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
 TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
-.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-resource-proxy clean-state
+.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -64,7 +64,7 @@ udeps:
 control-plane:
 	@bash scripts/build-control-plane.sh >/dev/null
 
-## bench-tunnel-proxy: tunnel-proxy vs nginx vs direct on loopback (installs nginx and wrk).
+## bench-tunnel-proxy: tunnel-proxy vs nginx vs HAProxy vs direct on loopback (installs them and wrk).
 bench-tunnel-proxy:
 	bash scripts/bench-tunnel-proxy.sh
 
@@ -72,6 +72,11 @@ bench-tunnel-proxy:
 ## convergence, controller memory, Cloudflare writes (release build of the controller).
 bench-tunnel-controller: control-plane
 	bash scripts/bench-tunnel-controller.sh
+
+## bench-propagation: route propagation with 3,000 HTTPRoutes (write -> first answer from the new
+## backend, failed requests, over SWITCHES backend switches), then 10,000 routes / 1,000 Gateways.
+bench-propagation: control-plane
+	bash scripts/bench-propagation.sh
 
 ## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
 bench-resource-proxy: control-plane

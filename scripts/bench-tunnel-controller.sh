@@ -29,4 +29,4 @@ cargo build --release --locked -q -p tunnel-controller --example bench-controlle
 echo "commit $(git rev-parse --short HEAD), $(nproc) CPUs" >&2
 "$CARGO_TARGET_DIR/release/examples/bench-controller" \
   --controller-bin "$CARGO_TARGET_DIR/release/tunnel-gateway-controller" \
-  --state-dir "$CARGO_TARGET_DIR/bench-tunnel-controller" "$@"
+  --state-dir "${STATE_DIR:-$CARGO_TARGET_DIR/bench-tunnel-controller}" "$@"

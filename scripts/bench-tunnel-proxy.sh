@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# TG-15 benchmark: tunnel-proxy beside nginx (same route, upstream keep-alive) and direct to
-# the backend, on loopback. Proxy and nginx are pinned to CPU 0; wrk and the backend to CPU 1
-# (the machine has 2 cores). Each run is DURATION seconds (default 5); every cell is run
-# REPEAT times (default 3), proxy, nginx and direct interleaved, and the median of each
-# figure is printed (a shared machine drifts; interleaving spreads the drift over all three).
+# TG-15 benchmark: tunnel-proxy beside nginx and HAProxy (same route by Host, keep-alive to the
+# backend, one worker/thread each) and direct to the backend, on loopback. Proxy, nginx and
+# HAProxy are pinned to CPU 0; wrk and the backend to CPU 1 (the machine has 2 cores). Each run
+# is DURATION seconds (default 5); every cell is run REPEAT times (default 3), the four targets
+# interleaved, and the median of each figure is printed (a shared machine drifts; interleaving
+# spreads the drift over all of them). The last two columns compare the proxy with the better
+# peer of the cell (the higher r/s; the lower p99).
 # Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
 # machine's default): see scripts/lib/idle.sh.
 #
@@ -24,10 +26,12 @@ BACKEND_PORT=18090
 PROXY_PORT=18080
 ADMIN_PORT=18081
 NGINX_PORT=18070
+HAPROXY_PORT=18060
 HOST=bench.example.com
 
-install_missing wrk=wrk nginx=nginx taskset=util-linux curl=curl
+install_missing wrk=wrk nginx=nginx haproxy=haproxy taskset=util-linux curl=curl
 build_bench
+LOAD_BEFORE="$(cut -d" " -f1-3 /proc/loadavg)"
 
 taskset -c "$LOAD_CPU" "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
 PIDS+=($!)
@@ -43,6 +47,11 @@ nginx_conf "$WORK/nginx" "$NGINX_PORT" "$HOST" "$BACKEND_PORT"
 taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
 PIDS+=($!)
 wait_port "$NGINX_PORT"
+
+haproxy_conf "$WORK/haproxy" "$HAPROXY_PORT" "$HOST" "$BACKEND_PORT"
+taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy.cfg" &
+PIDS+=($!)
+wait_port "$HAPROXY_PORT"
 
 # wrk latency to milliseconds
 to_ms() {
@@ -68,34 +77,36 @@ median() { # numbers -> their median
 }
 
 # warm-up (pools, page cache)
-for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT; do
+for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT $HAPROXY_PORT; do
   taskset -c "$LOAD_CPU" wrk -t1 -c8 -d1s -H "Host: $HOST" "http://127.0.0.1:$port/empty" >/dev/null
 done
 
-printf "%-6s %-6s | %10s %8s %8s | %10s %8s %8s | %10s %8s %8s | %9s %9s\n" \
-  body conns "proxy r/s" p50ms p99ms "nginx r/s" p50ms p99ms "direct r/s" p50ms p99ms "rps p/n" "p99 p/n"
+printf "%-6s %-5s | %10s %7s %7s | %10s %7s %7s | %10s %7s %7s | %10s %7s %7s | %8s %8s\n" \
+  body conns "proxy r/s" p50ms p99ms "nginx r/s" p50ms p99ms "haproxy r/s" p50ms p99ms \
+  "direct r/s" p50ms p99ms "rps p/b" "p99 p/b"
 for path in empty 1m; do
   for conns in 1 64; do
     declare -A s=()
     for ((r = 0; r < REPEAT; r++)); do
-      for t in proxy:$PROXY_PORT nginx:$NGINX_PORT direct:$BACKEND_PORT; do
+      for t in proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT; do
         read -r rps p50 p99 <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
         s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 "
       done
     done
-    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}" >&2
+    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}" >&2
     for k in "${!s[@]}"; do
       # shellcheck disable=SC2086 # word splitting intended: the samples
       s[$k]="$(median ${s[$k]})"
     done
-    prps=${s[proxyrps]} pp50=${s[proxyp50]} pp99=${s[proxyp99]}
-    nrps=${s[nginxrps]} np50=${s[nginxp50]} np99=${s[nginxp99]}
-    drps=${s[directrps]} dp50=${s[directp50]} dp99=${s[directp99]}
+    row=("$path" "$conns")
+    for t in proxy nginx haproxy direct; do row+=("${s[${t}rps]}" "${s[${t}p50]}" "${s[${t}p99]}"); done
+    best_rps="$(awk -v a="${s[nginxrps]}" -v b="${s[haproxyrps]}" 'BEGIN {print (a > b ? a : b)}')"
+    best_p99="$(awk -v a="${s[nginxp99]}" -v b="${s[haproxyp99]}" 'BEGIN {print (a < b ? a : b)}')"
+    printf "%-6s %-5s | %10.0f %7s %7s | %10.0f %7s %7s | %10.0f %7s %7s | %10.0f %7s %7s | %8.2f %8.2f\n" \
+      "${row[@]}" \
+      "$(awk -v a="${s[proxyrps]}" -v b="$best_rps" 'BEGIN {print a / b}')" \
+      "$(awk -v a="${s[proxyp99]}" -v b="$best_p99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
     unset s
-    printf "%-6s %-6s | %10.0f %8s %8s | %10.0f %8s %8s | %10.0f %8s %8s | %9.2f %9.2f\n" \
-      "$path" "$conns" "$prps" "$pp50" "$pp99" "$nrps" "$np50" "$np99" "$drps" "$dp50" "$dp99" \
-      "$(awk -v a="$prps" -v b="$nrps" 'BEGIN {print a / b}')" \
-      "$(awk -v a="$pp99" -v b="$np99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
   done
 done
-echo "proxy/nginx pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; rps p/n > 1 and p99 p/n < 1 favour the proxy"
+echo "proxy/nginx/haproxy pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; p/b = proxy / better peer (rps p/b >= 1 and p99 p/b <= 1 meet TG-15); load before the run: $LOAD_BEFORE"

@@ -1,6 +1,6 @@
 # Shared by scripts/bench-tunnel-proxy.sh and scripts/count-tunnel-proxy.sh (sourced, not run):
 # tool installation, the release build, process cleanup, port waits, and the nginx
-# configuration both compare tunnel-proxy with. Expects ROOT to be set.
+# and HAProxy configurations they compare tunnel-proxy with. Expects ROOT to be set.
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
@@ -87,5 +87,31 @@ http {
     }
   }
 }
+CONF
+}
+
+# haproxy_conf DIR PORT HOST BACKEND_PORT: the same route in HAProxy, the same duties as nginx:
+# one thread (nginx runs one worker), routing on the Host header, keep-alive to the backend
+# (connections reused across client connections), no logging, no buffering beyond HAProxy's own.
+haproxy_conf() {
+  mkdir -p "$1"
+  cat >"$1/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 8192
+  pidfile $1/haproxy.pid
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend bench
+  bind 127.0.0.1:$2
+  acl route hdr(host),field(1,:) -i $3
+  use_backend backend if route
+backend backend
+  server b1 127.0.0.1:$4 maxconn 1024
 CONF
 }

@@ -33,7 +33,10 @@ use crate::status::{self, Effects, Write, Writer};
 use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
 
-/// Quiet period after a change before a round starts.
+/// Quiet period after a change before a round starts, when the last round ended less than this
+/// ago (a burst in progress). After a quiet spell the first change starts a round at once (the
+/// leading edge): a single route change reaches the proxies without waiting (TG-15's
+/// propagation target), and the rest of a burst is coalesced as before.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
 /// A burst never delays a round longer than this.
 pub const MAX_DELAY: Duration = Duration::from_secs(1);
@@ -110,6 +113,7 @@ impl Controller {
     pub async fn run(&self, mut leader: watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(500);
         let mut retry_at: Option<Instant> = None;
+        let mut last_end: Option<Instant> = None;
         loop {
             while !*leader.borrow() {
                 if leader.changed().await.is_err() {
@@ -126,11 +130,14 @@ impl Controller {
                 _ = tokio::time::sleep(wake) => {}
                 r = leader.changed() => { if r.is_err() { return; } continue; }
             }
-            self.debounce().await;
+            if last_end.is_some_and(|t| t.elapsed() < DEBOUNCE) {
+                self.debounce().await;
+            }
             if !*leader.borrow() {
                 continue;
             }
             let out = self.round().await;
+            last_end = Some(Instant::now());
             if out.incomplete {
                 retry_at = Some(Instant::now() + backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -3,7 +3,8 @@
 //! kube-apiserver with the Gateway API CRDs and ours, the Cloudflare contract double with one
 //! account and the class tunnel, the GatewayClass and its GatewayClassConfig, the install's RBAC,
 //! in-process tunnel-proxy instances as the shared plane's pods (published through EndpointSlices
-//! of its headless config Service), one local HTTP backend, and the controller binary as a
+//! of its headless config Service), local HTTP backends (one for the burst, two for the
+//! propagation run), and the controller binary as a
 //! process running as the install's ServiceAccount.
 
 use std::net::SocketAddr;
@@ -21,6 +22,8 @@ use tunnel_gateway_fixtures::{
 };
 use tunnel_proxy::state::State;
 
+use crate::propagate;
+
 const SHARED_TOKEN: &str = "shared-plane-bench-token";
 const API_TOKEN: &str = "cf-api-token-bench";
 
@@ -32,10 +35,12 @@ pub struct Stage {
     pub tunnel: TunnelInfo,
     /// The shared plane's pods.
     pub proxies: Vec<Arc<State>>,
-    /// One proxy's data port, for the sanity request after convergence.
-    pub proxy_data: SocketAddr,
+    /// The proxies' data ports, in the order of `proxies`.
+    pub proxy_data: Vec<SocketAddr>,
     /// The port of the HTTP backend behind every benchmark Service.
     pub backend_port: u16,
+    /// The two backends the propagation run switches a route between.
+    pub switch_ports: [u16; 2],
 }
 
 /// Starts the control plane, the double, the shared plane and the backend, and installs the
@@ -70,7 +75,7 @@ pub async fn stage(state_dir: &Path, proxies: usize) -> anyhow::Result<Stage> {
     apply(&cluster, RBAC_YAML).await?;
 
     let mut states = Vec::new();
-    let mut proxy_data = None;
+    let mut proxy_data = Vec::new();
     for i in 0..proxies {
         let proxy = in_process::start_proxy(SHARED_TOKEN).await?;
         let slice = config_endpoint_slice(
@@ -81,7 +86,7 @@ pub async fn stage(state_dir: &Path, proxies: usize) -> anyhow::Result<Stage> {
             false,
         );
         apply(&cluster, &slice).await?;
-        proxy_data.get_or_insert(proxy.data);
+        proxy_data.push(proxy.data);
         states.push(proxy.state);
     }
     Ok(Stage {
@@ -90,8 +95,12 @@ pub async fn stage(state_dir: &Path, proxies: usize) -> anyhow::Result<Stage> {
         account,
         tunnel,
         proxies: states,
-        proxy_data: proxy_data.context("at least one proxy")?,
+        proxy_data,
         backend_port: in_process::start_backend("backend").await?,
+        switch_ports: [
+            in_process::start_backend(&propagate::backend_name(0)).await?,
+            in_process::start_backend(&propagate::backend_name(1)).await?,
+        ],
     })
 }
 
