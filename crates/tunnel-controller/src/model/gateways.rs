@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gateway_api::apis::standard::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
-    GatewayListenersTlsMode,
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom, GatewayListenersTlsMode,
 };
 use kube::ResourceExt;
 
