@@ -381,7 +381,7 @@ impl Controller {
         key: &PartitionKey,
         model: &Model,
         snap: &crate::world::Snapshot,
-    ) -> (Vec<String>, Result<String, String>) {
+    ) -> (planes::ConfigEndpoints, Result<String, String>) {
         match key {
             PartitionKey::Shared => {
                 let ns = &self.settings.namespace;

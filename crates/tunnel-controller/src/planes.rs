@@ -5,8 +5,10 @@
 //! A partition's document gets a new version only when its content changes. Each round pushes
 //! the current version to every endpoint that does not hold it yet: after a change, all of
 //! them; when a pod appears, just that pod (the last config is replayed without any route
-//! change); after a failure, the ones that failed. [`PushHealth`] turns rounds into the
-//! `ProxyConfigPushed` condition.
+//! change); after a failure, the ones that failed; and when a ready endpoint turns not ready,
+//! that one again: its proxy may have restarted empty (a plane Pod's proxy restarts alone, its
+//! readiness probe is `/readyz`, true only with a config), and nothing else would tell.
+//! [`PushHealth`] turns rounds into the `ProxyConfigPushed` condition.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,14 +24,24 @@ pub const CONFIG_PORT_NAME: &str = "config-api";
 /// The config-API port when the slice does not name one.
 pub const CONFIG_PORT: i32 = 8081;
 
-/// The config-API endpoints (`host:port`) in a Service's EndpointSlices, ready or not: a new
-/// proxy is not ready until it has a config, so it must be pushed to before it is ready.
+/// A partition's config-API endpoints (`host:port`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigEndpoints {
+    /// Every endpoint, ready or not: a new proxy is not ready until it has a config, so it must
+    /// be pushed to before it is ready.
+    pub all: Vec<String>,
+    /// Those the EndpointSlices say are ready.
+    pub ready: BTreeSet<String>,
+}
+
+/// The config-API endpoints in a Service's EndpointSlices (terminating ones left out).
 pub fn config_endpoints(
     slices: &[std::sync::Arc<EndpointSlice>],
     namespace: &str,
     service: &str,
-) -> Vec<String> {
+) -> ConfigEndpoints {
     let mut out = BTreeSet::new();
+    let mut ready = BTreeSet::new();
     for s in slices {
         if s.namespace().as_deref() != Some(namespace)
             || s.labels()
@@ -51,17 +63,26 @@ pub fn config_endpoints(
             if ep.conditions.as_ref().and_then(|c| c.terminating) == Some(true) {
                 continue;
             }
+            // Unset means ready (EndpointSlice API).
+            let is_ready = ep.conditions.as_ref().and_then(|c| c.ready) != Some(false);
             for a in &ep.addresses {
                 let host = if s.address_type == "IPv6" {
                     format!("[{a}]")
                 } else {
                     a.clone()
                 };
-                out.insert(format!("{host}:{port}"));
+                let addr = format!("{host}:{port}");
+                if is_ready {
+                    ready.insert(addr.clone());
+                }
+                out.insert(addr);
             }
         }
     }
-    out.into_iter().collect()
+    ConfigEndpoints {
+        all: out.into_iter().collect(),
+        ready,
+    }
 }
 
 /// What a partition's round did.
@@ -82,6 +103,8 @@ struct PartitionState {
     doc: Option<Config>,
     version: u64,
     held: BTreeMap<String, u64>,
+    /// The endpoints ready in the last round.
+    ready: BTreeSet<String>,
     health: PushHealth,
     last_error: String,
 }
@@ -108,10 +131,15 @@ impl Planes {
         &mut self,
         partition: &PartitionKey,
         doc: &Config,
-        endpoints: &[String],
+        endpoints: &ConfigEndpoints,
         token: Result<&str, &str>,
     ) -> RoundReport {
         let state = self.partitions.entry(partition.clone()).or_default();
+        for gone_unready in state.ready.difference(&endpoints.ready) {
+            state.held.remove(gone_unready);
+        }
+        state.ready = endpoints.ready.clone();
+        let endpoints = &endpoints.all;
         let mut content = doc.clone();
         content.version = 0;
         if state.doc.as_ref() != Some(&content) {
@@ -192,5 +220,105 @@ fn describe(o: &PushOutcome) -> String {
             format!("the proxy holds a newer version ({loaded}) after a re-push")
         }
         PushOutcome::Failed(e) => e.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A config API that loads whatever it is sent and counts the pushes.
+    async fn counting_proxy() -> (String, Arc<AtomicUsize>) {
+        let pushes = Arc::new(AtomicUsize::new(0));
+        let counter = pushes.clone();
+        let app = axum::Router::new().route(
+            "/config",
+            axum::routing::put(move || {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    "{}"
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        (addr, pushes)
+    }
+
+    fn endpoints(addr: &str, ready: bool) -> ConfigEndpoints {
+        ConfigEndpoints {
+            all: vec![addr.to_owned()],
+            ready: if ready {
+                BTreeSet::from([addr.to_owned()])
+            } else {
+                BTreeSet::new()
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_turns_unready_is_pushed_again() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (addr, pushes) = counting_proxy().await;
+        let mut planes = Planes::new(Pusher::new().unwrap());
+        let doc = Config::default();
+        let key = PartitionKey::Shared;
+        let mut round = async |ready: bool| {
+            let report = planes
+                .round(&key, &doc, &endpoints(&addr, ready), Ok("t"))
+                .await;
+            assert!(!report.incomplete, "{report:?}");
+            pushes.load(Ordering::SeqCst)
+        };
+        // A new proxy, not ready until it has a config: pushed.
+        assert_eq!(round(false).await, 1);
+        // Ready now, nothing changed: nothing to push.
+        assert_eq!(round(true).await, 1);
+        assert_eq!(round(true).await, 1);
+        // Ready -> not ready: it may have restarted empty, so it gets the config again, once.
+        assert_eq!(round(false).await, 2);
+        assert_eq!(round(false).await, 2);
+        assert_eq!(round(true).await, 2);
+    }
+
+    #[test]
+    fn endpoints_keep_readiness_and_drop_terminating_ones() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "s-1",
+                "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": "cfg"},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": CONFIG_PORT_NAME, "port": 9000}],
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+                {"addresses": ["10.0.0.3"]},
+                {"addresses": ["10.0.0.4"], "conditions": {"ready": false, "terminating": true}},
+            ],
+        }))
+        .unwrap();
+        let other: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "o-1",
+                "namespace": "ns",
+                "labels": {"kubernetes.io/service-name": "other"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.9"]}],
+        }))
+        .unwrap();
+        let got = config_endpoints(&[Arc::new(slice), Arc::new(other)], "ns", "cfg");
+        assert_eq!(got.all, ["10.0.0.1:9000", "10.0.0.2:9000", "10.0.0.3:9000"]);
+        assert_eq!(
+            got.ready,
+            BTreeSet::from(["10.0.0.1:9000".to_owned(), "10.0.0.3:9000".to_owned()])
+        );
     }
 }
