@@ -62,10 +62,9 @@ fn pod_ready(pod: &Value) -> bool {
 
 /// The reasons the Pod's containers wait for (`ErrImagePull`, ...).
 fn waiting_reasons(pod: &Value) -> Vec<String> {
-    pod["status"]["containerStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| pod["status"][*k].as_array().into_iter().flatten())
         .filter_map(|s| s["state"]["waiting"]["reason"].as_str().map(str::to_owned))
         .collect()
 }
