@@ -21,11 +21,8 @@ if [ -x "$OUT/echo-basic" ]; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH"
-export GOTOOLCHAIN=local GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0
-# The module proxy is reachable; the checksum database may not be. Trust the proxy's checksums.
-export GOSUMDB=${GOSUMDB_OVERRIDE:-off}
-export GOPATH=${GOPATH:-$HOME/go}
+. "$(dirname "$0")/lib/go-env.sh"
+go_build_env build-echo-basic 25 "the Gateway API conformance module"
 
 # The conformance module replaces sigs.k8s.io/gateway-api with its parent directory, so
 # `go install ...@version` refuses it: a wrapper module pins both at the same tag instead.
