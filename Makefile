@@ -9,7 +9,7 @@ DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunne
 # Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
 TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
-.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
+.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
 ## between them and the tunnel gateway in the client; prints the commands to try and stays up until
@@ -63,6 +63,15 @@ udeps:
 ## control-plane: build (once, cached by version) kube-apiserver, kube-controller-manager, kubectl, etcd.
 control-plane:
 	@bash scripts/build-control-plane.sh >/dev/null
+
+## helm: build (once, cached by version) helm v3 from the Go module proxy; prints its path.
+helm:
+	@bash scripts/build-helm.sh
+
+## render-deploy: write deploy/ from the Helm charts (charts/); run after editing a chart. The
+## charts' tests fail while deploy/ differs (`scripts/render-deploy.sh --check`).
+render-deploy:
+	bash scripts/render-deploy.sh
 
 ## bench-tunnel-proxy: tunnel-proxy vs nginx vs HAProxy vs direct on loopback (installs them and wrk).
 bench-tunnel-proxy:

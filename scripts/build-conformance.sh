@@ -25,8 +25,8 @@ if [ -x "$OUT/conformance.test" ]; then
   exit 0
 fi
 
-. "$ROOT/scripts/lib/go.sh"
-go_env build-conformance
+. "$(dirname "$0")/lib/go-env.sh"
+go_build_env build-conformance 25 "the conformance driver (conformance/go.mod)"
 
 rm -rf "$OUT.tmp"
 mkdir -p "$OUT.tmp"

@@ -22,13 +22,8 @@ if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && [ -x
   exit 0
 fi
 
-. "$(dirname "$0")/lib/go.sh"
-go_env build-control-plane
-GOV=$(go env GOVERSION)
-case "$GOV" in
-  go1.2[6-9]*|go1.[3-9]*) ;;
-  *) die "Go $GOV is too old: Kubernetes ${K8S_VERSION} needs Go >= 1.26" ;;
-esac
+. "$(dirname "$0")/lib/go-env.sh"
+go_build_env build-control-plane 26 "Kubernetes $K8S_VERSION"
 
 STAGING="v0.${K8S_VERSION#v1.}"
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)

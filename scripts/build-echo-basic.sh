@@ -26,8 +26,8 @@ if [ -x "$OUT/echo-basic" ]; then
   exit 0
 fi
 
-. "$ROOT/scripts/lib/go.sh"
-go_env build-echo-basic
+. "$ROOT/scripts/lib/go-env.sh"
+go_build_env build-echo-basic 25 "the Gateway API conformance module (conformance/go.mod)"
 
 rm -rf "$OUT.tmp"
 mkdir -p "$OUT.tmp"

@@ -15,8 +15,8 @@ if [ -x "$OUT/informer" ]; then
   echo "$OUT/informer"
   exit 0
 fi
-. "$(dirname "$0")/lib/go.sh"
-go_env build-informer
+. "$(dirname "$0")/lib/go-env.sh"
+go_build_env build-informer 26 "the informer client (crates/resource-proxy/tests/informer-go)"
 GOFLAGS="$GOFLAGS -mod=readonly"
 mkdir -p "$OUT.tmp"
 (cd "$SRC" && go build -o "$OUT.tmp/informer" .) >&2

@@ -3,8 +3,8 @@
 # taken from the sigs.k8s.io/gateway-api Go module (module proxy, cached in the Go module cache).
 set -euo pipefail
 GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.5.1}
-. "$(dirname "$0")/lib/go.sh"
-go_env fetch-gateway-api-crds
+. "$(dirname "$0")/lib/go-env.sh"
+go_build_env fetch-gateway-api-crds 21 "the module proxy's Gateway API module"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 printf 'module example.invalid/gwapi\n\ngo 1.26.0\n' > go.mod

@@ -10,8 +10,8 @@ CRDS=(servicemonitors podmonitors prometheusrules)
 cache=${KUBE_TENANCY_CACHE:-$HOME/.cache/kube-tenancy}/prometheus-operator-crds/$PROMETHEUS_OPERATOR_VERSION
 complete() { for c in "${CRDS[@]}"; do [ -s "$cache/monitoring.coreos.com_$c.yaml" ] || return 1; done; }
 if ! complete; then
-  . "$(dirname "$0")/lib/go.sh"
-  go_env fetch-prometheus-operator-crds
+  . "$(dirname "$0")/lib/go-env.sh"
+  go_build_env fetch-prometheus-operator-crds 21 "the module proxy's Prometheus Operator module"
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   cd "$tmp"
   printf 'module example.invalid/promop\n\ngo 1.26.0\n' > go.mod

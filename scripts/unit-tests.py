@@ -21,6 +21,7 @@ import time
 
 # package:test-target
 UNIT_TESTS = [
+    "charts:charts",
     "cloudflare-api:against_double",
     "cloudflare-double:binary",
     "cloudflare-double:edge",
@@ -36,6 +37,7 @@ UNIT_TESTS = [
     "tunnel-proxy:it",
 ]
 CLUSTER_TESTS = [
+    "charts:install",
     "demo:demo",
     "demo:manifests",
     "kube-support:it",

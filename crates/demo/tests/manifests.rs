@@ -100,7 +100,7 @@ async fn the_client_kustomization_applies_with_server_dry_run() {
         "role.rbac.authorization.k8s.io/resource-proxy",
         "rolebinding.rbac.authorization.k8s.io/resource-proxy",
         "rolebinding.rbac.authorization.k8s.io/resource-proxy:extension-apiserver-authentication-reader",
-        "configmap/resource-proxy-config-",
+        "configmap/resource-proxy-config ",
         "daemonset.apps/resource-proxy",
     ] {
         assert!(out.contains(object), "no {object} in the dry run:\n{out}");
@@ -283,10 +283,37 @@ fn resource_proxy_binary() -> PathBuf {
     bin
 }
 
+/// The configuration the DaemonSet mounts: `config.yaml` of the ConfigMap in `configmap.yaml`,
+/// written to `dir`.
+fn daemonset_config(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(deploy_dir().join("configmap.yaml")).unwrap();
+    let configmap: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        configmap["data"]["config.yaml"]
+            .as_str()
+            .expect("configmap.yaml has data config.yaml"),
+    )
+    .unwrap();
+    path
+}
+
 #[test]
 fn the_configurations_in_the_manifests_pass_check_config() {
-    for file in ["config.yaml", "sidecar/config.yaml", "example-config.yaml"] {
-        let path = deploy_dir().join(file);
+    let work = tempfile::tempdir().unwrap();
+    let daemonset = daemonset_config(work.path());
+    for (file, path) in [
+        ("configmap.yaml", daemonset),
+        (
+            "sidecar/config.yaml",
+            deploy_dir().join("sidecar/config.yaml"),
+        ),
+        (
+            "example-config.yaml",
+            deploy_dir().join("example-config.yaml"),
+        ),
+    ] {
         let out = std::process::Command::new(resource_proxy_binary())
             .arg("check-config")
             .arg(&path)

@@ -94,6 +94,26 @@ pub fn echo_basic() -> Result<PathBuf, Error> {
         .map_err(Error::Once)
 }
 
+/// `helm` (v3), built from the Go module proxy (once per process) and cached by version when
+/// missing (`scripts/build-helm.sh`); `KT_HELM` names another.
+pub fn helm() -> Result<PathBuf, Error> {
+    static FOUND: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let path = match std::env::var_os("KT_HELM") {
+                Some(path) => PathBuf::from(path),
+                None => run_script("build-helm.sh").map_err(Arc::new)?,
+            };
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(Arc::new(Error::MissingBinary(path)))
+            }
+        })
+        .clone()
+        .map_err(Error::Once)
+}
+
 /// Runs `scripts/<name>` (its progress on our stderr) and returns the last line it printed.
 pub(crate) fn run_script(name: &str) -> Result<PathBuf, Error> {
     let script = repo_root().join("scripts").join(name);

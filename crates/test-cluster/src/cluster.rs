@@ -289,6 +289,27 @@ impl Cluster {
         run_kubectl(self.kubectl(), args, Some(input)).await
     }
 
+    /// Runs `helm` (built by `scripts/build-helm.sh`) against this cluster as admin; its
+    /// cache, configuration and data stay in the cluster's directory. Stdout on success.
+    pub async fn helm_ok(&self, args: &[&str]) -> Result<String, Error> {
+        let mut cmd = tokio::process::Command::new(crate::helm()?);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig_path().display()))
+            .kill_on_drop(true);
+        for (var, dir) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            cmd.env(var, self.dir.join("helm").join(dir));
+        }
+        let out = run(cmd, args, None, "helm").await?;
+        out.map_err(|(status, stderr)| Error::Helm {
+            args: args.join(" "),
+            status,
+            stderr,
+        })
+    }
+
     /// Stops API server `i` (its port stays reserved).
     pub fn stop_server(&self, i: usize) {
         self.servers[i]
@@ -363,10 +384,27 @@ impl Cluster {
 }
 
 async fn run_kubectl(
-    mut cmd: tokio::process::Command,
+    cmd: tokio::process::Command,
     args: &[&str],
     input: Option<&str>,
 ) -> Result<String, Error> {
+    run(cmd, args, input, "kubectl")
+        .await?
+        .map_err(|(status, stderr)| Error::Kubectl {
+            args: args.join(" "),
+            status,
+            stderr,
+        })
+}
+
+/// Runs `cmd` with `args` (and `input` on stdin): Ok(stdout) on success, Err((status, stderr))
+/// when it fails; an error when it cannot be started.
+async fn run(
+    mut cmd: tokio::process::Command,
+    args: &[&str],
+    input: Option<&str>,
+    tool: &str,
+) -> Result<Result<String, (String, String)>, Error> {
     use std::process::Stdio;
     use tokio::io::AsyncWriteExt;
     cmd.args(args)
@@ -377,28 +415,25 @@ async fn run_kubectl(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io(Path::new("kubectl"), e))?;
+    let mut child = cmd.spawn().map_err(|e| Error::io(Path::new(tool), e))?;
     if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
         stdin
             .write_all(input.as_bytes())
             .await
-            .map_err(|e| Error::io(Path::new("kubectl stdin"), e))?;
+            .map_err(|e| Error::io(Path::new(tool), e))?;
     }
     let out = child
         .wait_with_output()
         .await
-        .map_err(|e| Error::io(Path::new("kubectl"), e))?;
-    if out.status.success() {
+        .map_err(|e| Error::io(Path::new(tool), e))?;
+    Ok(if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(Error::Kubectl {
-            args: args.join(" "),
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
-    }
+        Err((
+            out.status.to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    })
 }
 
 fn validate_name(name: &str) -> Result<(), Error> {

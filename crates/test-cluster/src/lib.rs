@@ -34,7 +34,7 @@ pub mod prometheus_operator;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use binaries::{Binaries, echo_basic, repo_root};
+pub use binaries::{Binaries, echo_basic, helm, repo_root};
 pub use cluster::{Cluster, ClusterSpec};
 pub use control_plane::{ControlPlane, ControlPlaneBuilder, LogsOnFailure, shared, unique_name};
 pub use process::{ManagedProcess, free_port, tail_file};
@@ -102,6 +102,12 @@ pub enum Error {
     Manifest(String),
     #[error("kubectl {args} failed ({status}): {stderr}")]
     Kubectl {
+        args: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("helm {args} failed ({status}): {stderr}")]
+    Helm {
         args: String,
         status: String,
         stderr: String,

@@ -210,7 +210,7 @@ pub struct Autoscaling {
     pub metric_name: Option<String>,
 }
 
-/// The CRD manifests of both resources as one multi-document YAML (what `deploy/` carries).
+/// The CRD manifests of both resources as one multi-document YAML (what the chart's `crds/` carries).
 pub fn crds_yaml() -> String {
     let crds = [GatewayClassConfig::crd(), GatewayConfig::crd()];
     let mut out = String::from(

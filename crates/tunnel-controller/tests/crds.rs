@@ -6,10 +6,10 @@ use test_cluster::{ClusterSpec, ControlPlane};
 
 #[test]
 fn committed_crd_yaml_matches_the_rust_types() {
-    let committed = include_str!("../../../deploy/tunnel-gateway/crds.yaml");
+    let committed = include_str!("../../../charts/tunnel-gateway/crds/crds.yaml");
     assert!(
         committed == tunnel_controller::api::crds_yaml(),
-        "deploy/tunnel-gateway/crds.yaml is stale: run `cargo run -p tunnel-controller --bin crdgen > deploy/tunnel-gateway/crds.yaml`"
+        "charts/tunnel-gateway/crds/crds.yaml is stale: run `cargo run -p tunnel-controller --bin crdgen > charts/tunnel-gateway/crds/crds.yaml && scripts/render-deploy.sh`"
     );
 }
 

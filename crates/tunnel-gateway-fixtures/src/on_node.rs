@@ -1,9 +1,10 @@
 //! The install as deployed, on a cluster with the node agent: the Cloudflare double (API, edge
 //! and connector port) in this process on host loopback, a cluster whose node runs the
 //! controller's Deployment and the shared plane's Pods from the built binaries, and the
-//! operator's part of the install (`kubectl apply -k deploy/tunnel-gateway`, the two Secrets, the
-//! controller pointed at the double, the GatewayClassConfig). Used by the controller's `on_node`
-//! test and by `make conformance`.
+//! operator's part of the install (the namespace, the two Secrets, then either `kubectl apply -k
+//! deploy/tunnel-gateway` with the controller pointed at the double and the GatewayClassConfig,
+//! or `helm install` of charts/tunnel-gateway with those as values: [`Method`]). Used by the
+//! controller's `on_node` test and by `make conformance`.
 //!
 //! The node's private network namespace sees the double's API and connector port at
 //! [`NODE_ADDR`] under the names [`API_HOST`] and [`EDGE_HOST`] (every Pod's `/etc/hosts`); the
@@ -20,7 +21,7 @@ use test_cluster::{Cluster, ClusterSpec, ControlPlane};
 
 /// The install's namespace.
 pub const NS: &str = crate::SYSTEM_NS;
-/// The images as the kustomization writes them (its `images:` and the connector's image).
+/// The images as the chart's default values (and so deploy/) write them.
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-gateway-controller:0.1.0";
 pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0";
 pub const CONNECTOR_IMAGE: &str = "cloudflare/cloudflared:2025.11.1";
@@ -34,6 +35,19 @@ pub const CONNECTOR_PORT: u16 = 7844;
 pub const NODE_ADDR: Ipv4Addr = test_cluster::netns::GATEWAY;
 /// The Cloudflare API token the install's Secret holds.
 pub const API_TOKEN: &str = "on-node-api-token";
+/// The Helm release of [`Method::Helm`].
+pub const RELEASE: &str = "tunnel-gateway";
+
+/// How the operator installs the tunnel gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `kubectl apply -k deploy/tunnel-gateway`, `kubectl set env` for the API URL, the
+    /// GatewayClassConfig applied.
+    Kustomize,
+    /// `helm install` of charts/tunnel-gateway (release [`RELEASE`]), the API URL and the
+    /// GatewayClassConfig as values.
+    Helm,
+}
 
 /// Why the install could not be brought up.
 #[derive(Debug, thiserror::Error)]
@@ -116,10 +130,19 @@ impl NodeInstall {
 }
 
 /// Brings up the double, the cluster with its node (every Pod's `/etc/hosts` also gets
-/// `hosts`), the install, and waits for the controller's rollout.
+/// `hosts`), the install with the kustomization, and waits for the controller's rollout.
 pub async fn start(
     binaries: &Binaries,
     hosts: &[(&str, IpAddr)],
+) -> Result<NodeInstall, NodeError> {
+    start_with(binaries, hosts, Method::Kustomize).await
+}
+
+/// [`start`], installing by `method`.
+pub async fn start_with(
+    binaries: &Binaries,
+    hosts: &[(&str, IpAddr)],
+    method: Method,
 ) -> Result<NodeInstall, NodeError> {
     let double = CloudflareDouble::start_with(Options {
         edge: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
@@ -178,16 +201,15 @@ pub async fn start(
             .connector_addr()
             .expect("the double was started with a connector port"),
     );
-    apply_install(&install).await?;
+    apply_install(&install, method).await?;
     Ok(install)
 }
 
 /// The operator's part (docs/tunnel-gateway.md): the namespace, the two Secrets, then the
-/// kustomization, the controller pointed at the double, the GatewayClassConfig; then the
-/// controller's rollout.
-async fn apply_install(install: &NodeInstall) -> Result<(), NodeError> {
+/// kustomization, the controller pointed at the double, the GatewayClassConfig (or the chart with
+/// those as values); then the controller's rollout.
+async fn apply_install(install: &NodeInstall, method: Method) -> Result<(), NodeError> {
     let cluster = install.cluster();
-    let deploy = deploy_dir();
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], crate::NAMESPACE_YAML)
         .await?;
@@ -207,9 +229,33 @@ stringData: {{tunnel-token: {token}}}
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], &secrets)
         .await?;
+    let api_url = format!("http://{API_HOST}:{API_PORT}/client/v4");
+    if method == Method::Helm {
+        let chart = chart_dir();
+        let values = format!(
+            "controller.cloudflareApiUrl={api_url},gatewayClassConfig.create=true,\
+             gatewayClassConfig.name={class},gatewayClassConfig.tunnelID={tunnel_id},\
+             gatewayClassConfig.accountId={account}",
+            class = crate::CLASS,
+            tunnel_id = install.tunnel.tunnel_id,
+            account = install.account,
+        );
+        cluster
+            .helm_ok(&[
+                "install",
+                RELEASE,
+                &chart.to_string_lossy(),
+                "-n",
+                NS,
+                "--set",
+                &values,
+            ])
+            .await?;
+        return wait_for_controller(cluster).await;
+    }
+    let deploy = deploy_dir();
     let deploy_str = deploy.to_string_lossy();
     cluster.kubectl_ok(&["apply", "-k", &deploy_str]).await?;
-    let api_url = format!("CF_API_URL=http://{API_HOST}:{API_PORT}/client/v4");
     cluster
         .kubectl_ok(&[
             "-n",
@@ -217,7 +263,7 @@ stringData: {{tunnel-token: {token}}}
             "set",
             "env",
             "deployment/tunnel-gateway-controller",
-            &api_url,
+            &format!("CF_API_URL={api_url}"),
         ])
         .await?;
     let class_config = format!(
@@ -236,6 +282,11 @@ spec:
     cluster
         .kubectl_stdin(&["apply", "-f", "-"], &class_config)
         .await?;
+    wait_for_controller(cluster).await
+}
+
+/// The controller's rollout done and its Deployment Available.
+async fn wait_for_controller(cluster: &Cluster) -> Result<(), NodeError> {
     cluster
         .kubectl_ok(&[
             "-n",
@@ -259,6 +310,11 @@ spec:
 /// `deploy/tunnel-gateway` of this workspace.
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tunnel-gateway")
+}
+
+/// `charts/tunnel-gateway` of this workspace.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/tunnel-gateway")
 }
 
 /// Waits for `condition` on `what` in namespace `ns` (`""` for a cluster-scoped object) with

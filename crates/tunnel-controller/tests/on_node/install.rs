@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    CONNECTOR_IMAGE, Install, NS, PROXY_IMAGE, answered_by, apply, edge_get, json, kubectl,
-    pod_names, tenant, token_secret, until_status, wait,
+    Answers, CONNECTOR_IMAGE, Install, NS, PROXY_IMAGE, Traffic, answered_by, apply, echo_route,
+    edge_get, json, kubectl, leader, pod_names, tenant, token_secret, until_status, wait,
 };
 
 const HOSTNAME: &str = "echo.on-node.example.com";
@@ -28,96 +28,10 @@ async fn the_install_serves_a_route_through_the_edge_from_pods() {
         "120s",
     )
     .await;
-    let pods = json(
-        cluster,
-        &[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=tunnel-gateway-controller",
-        ],
-    )
-    .await;
-    let controllers: Vec<String> = pods["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
-        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(controllers.len(), 2, "{pods}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let lease = json(
-            cluster,
-            &["-n", NS, "get", "lease", "tunnel-gateway-controller"],
-        )
-        .await;
-        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
-        if controllers.iter().any(|c| c == holder) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the Lease is not held by a controller Pod ({controllers:?}): {lease}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    leader(cluster).await;
 
     // A route to echo-basic Pods: answered through edge → connector → proxy Pod → echo Pod.
-    apply(
-        cluster,
-        &format!(
-            r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: echo}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: echo, namespace: echo}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: echo}}}}
-  template:
-    metadata: {{labels: {{app: echo}}}}
-    spec:
-      containers:
-      - name: echo
-        image: echo-basic
-        env:
-        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
-        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
-        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: echo}}
-spec:
-  selector: {{app: echo}}
-  ports: [{{port: 8080, targetPort: 3000}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: echo}}
-spec:
-  gatewayClassName: cloudflare-tunnel
-  listeners:
-  - {{name: http, protocol: HTTP, port: 80}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: echo, namespace: echo}}
-spec:
-  parentRefs: [{{name: web}}]
-  hostnames: ["{HOSTNAME}"]
-  rules:
-  - backendRefs: [{{name: echo, port: 8080}}]
-"#
-        ),
-    )
-    .await;
+    apply(cluster, &echo_route(HOSTNAME)).await;
     wait(
         cluster,
         "echo",
@@ -276,22 +190,7 @@ spec:
         .find(|p| p["metadata"].get("deletionTimestamp").is_none())
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
         .expect("a running plane Pod");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let traffic = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            let (mut ok, mut unconfigured, mut failed) = (0u32, 0u32, Vec::new());
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match edge_get(edge, HOSTNAME, "/during-roll").await {
-                    Ok((200, _)) => ok += 1,
-                    Ok((404, body)) if body == "no matching route\n" => unconfigured += 1,
-                    other => failed.push(format!("{other:?}")),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (ok, unconfigured, failed)
-        }
-    });
+    let traffic = Traffic::start(edge, HOSTNAME, "/during-roll", |_| true);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let deleted = tokio::time::Instant::now();
     kubectl(
@@ -328,8 +227,11 @@ spec:
     }
     // The replacement's connector takes its share of the traffic for a while.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (ok, unconfigured, failed) = traffic.await.unwrap();
+    let Answers {
+        ok,
+        unconfigured,
+        failed,
+    } = traffic.stop().await;
     eprintln!(
         "deleting plane Pod {victim}: gone after {gone:?}, replacement Ready and registered after \
          {replaced:?}; {ok} requests answered, {unconfigured} answered 404 by a Pod without \

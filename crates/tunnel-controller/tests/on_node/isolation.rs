@@ -3,15 +3,13 @@
 //! rotation under traffic, and tenant-b's claim on tenant-a's tunnel gets no plane, no push, no
 //! place in any ingress document and no traffic.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cloudflare_double::TunnelInfo;
 use serde_json::Value;
 
 use crate::support::{
-    Install, PROXY_IMAGE, UNCONFIGURED, answered_by, apply, edge_get, gateway_condition, json,
+    Answers, Install, PROXY_IMAGE, Traffic, answered_by, apply, edge_get, gateway_condition, json,
     kubectl, pod_names, tenant, token_secret, until_status, wait, wait_gateway,
 };
 
@@ -252,21 +250,8 @@ async fn a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(
         .collect();
     let backends = pod_names(cluster, "tenant-a", "app=backend").await;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let traffic = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            let (mut ok, mut unconfigured, mut failed) = (0u32, 0u32, Vec::new());
-            while !stop.load(Ordering::Relaxed) {
-                match edge_get(edge, HOST_A, "/during-rotation").await {
-                    Ok((200, body)) if answered_by(&body, &backends) => ok += 1,
-                    Ok((404, body)) if body == UNCONFIGURED => unconfigured += 1,
-                    other => failed.push(format!("{other:?}")),
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (ok, unconfigured, failed)
-        }
+    let traffic = Traffic::start(edge, HOST_A, "/during-rotation", move |body| {
+        answered_by(body, &backends)
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = tokio::time::Instant::now();
@@ -318,8 +303,11 @@ async fn a_token_rotation_rolls_the_plane_and_traffic_keeps_flowing(
         }
     }
     let took = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let (ok, unconfigured, failed) = traffic.await.unwrap();
+    let Answers {
+        ok,
+        unconfigured,
+        failed,
+    } = traffic.stop().await;
     eprintln!(
         "token rotation of tenant-a's plane ({took:.0?} until the old Pods were gone): {ok} \
          requests answered by tenant-a's backend, {unconfigured} answered 404 by a Pod without \

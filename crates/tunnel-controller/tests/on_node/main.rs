@@ -8,6 +8,8 @@
 //! its API and connector port at `10.244.0.1` under the names every Pod's `/etc/hosts` carries.
 //! Each test starts its own cluster ([`support::Install`]), one test at a time.
 //!
+//! - [`helm`]: the same install from the Helm chart: leader, a route through the edge, `helm
+//!   upgrade` to new image tags under traffic, `helm uninstall`.
 //! - [`install`]: the controller's two replicas and Lease, the shared plane through the edge
 //!   (404 and 530 included), a dedicated plane, a shared plane Pod deleted under traffic.
 //! - [`isolation`]: the per-Gateway isolation guide on real Pods: `Programmed` follows the
@@ -15,5 +17,6 @@
 
 mod support;
 
+mod helm;
 mod install;
 mod isolation;

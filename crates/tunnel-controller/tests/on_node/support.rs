@@ -2,20 +2,25 @@
 //! port on host loopback), a harness cluster with the node agent mapping the install's images to
 //! the built binaries, the double exposed inside the node's private network namespace, and the
 //! operator's part of the install done (namespace, Secrets, `kubectl apply -k
-//! deploy/tunnel-gateway`, the controller pointed at the double, the GatewayClassConfig). Also the
-//! helpers the tests act and look with: kubectl, requests through the edge, the controller's
-//! metrics read from inside the network namespace.
+//! deploy/tunnel-gateway`, the controller pointed at the double, the GatewayClassConfig; or
+//! `helm install` of the chart with those as values). Also the helpers the tests act and look
+//! with: kubectl, requests through the edge and traffic counted through a change, the
+//! controller's metrics read from inside the network namespace.
 
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
 use test_cluster::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tunnel_gateway_fixtures::on_node::{self, Binaries, NodeInstall};
-pub use tunnel_gateway_fixtures::on_node::{CONNECTOR_IMAGE, NS, PROXY_IMAGE};
+pub use tunnel_gateway_fixtures::on_node::{
+    CONNECTOR_IMAGE, CONTROLLER_IMAGE, Method, NS, PROXY_IMAGE, RELEASE,
+};
 
 /// The controller's admin port (`/metrics`), as `deploy/` declares it.
 const CONTROLLER_ADMIN_PORT: u16 = 8080;
@@ -45,14 +50,27 @@ impl Deref for Install {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Install {
-    /// Starts the double and the cluster, does the operator's part of the install and waits for
-    /// the controller's rollout.
+    /// Starts the double and the cluster, does the operator's part of the install with the
+    /// kustomization and waits for the controller's rollout.
     pub async fn start() -> Install {
+        Self::start_with(Method::Kustomize, &[]).await
+    }
+
+    /// [`Install::start`] installing by `method`; the node also runs the controller and the
+    /// proxy for their images with each of `tags` (an upgrade to a new tag).
+    pub async fn start_with(method: Method, tags: &[&str]) -> Install {
         let serial = SERIAL.lock().await;
         test_cluster::install_crypto_provider();
-        let binaries = Binaries::beside(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
-            .unwrap_or_else(|e| panic!("{e} (build them first: `cargo build --bins`)"));
-        let node = on_node::start(&binaries, &[])
+        let mut binaries =
+            Binaries::beside(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
+                .unwrap_or_else(|e| panic!("{e} (build them first: `cargo build --bins`)"));
+        for tag in tags {
+            binaries.images.extend([
+                (retag(CONTROLLER_IMAGE, tag), binaries.controller.clone()),
+                (retag(PROXY_IMAGE, tag), binaries.proxy.clone()),
+            ]);
+        }
+        let node = on_node::start_with(&binaries, &[], method)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         Install {
@@ -94,6 +112,12 @@ impl Install {
     }
 }
 
+/// `image` (`repository:tag`) with another tag.
+pub fn retag(image: &str, tag: &str) -> String {
+    let repository = image.rsplit_once(':').map_or(image, |(r, _)| r);
+    format!("{repository}:{tag}")
+}
+
 pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     cluster
         .kubectl_ok(args)
@@ -129,6 +153,58 @@ pub async fn wait(cluster: &Cluster, ns: &str, what: &str, condition: &str, time
     if let Err(e) = on_node::wait(cluster, ns, what, condition, timeout).await {
         panic!("{e}");
     }
+}
+
+/// Two echo-basic Pods (Deployment and Service `echo` in namespace `echo`) behind the Gateway
+/// `web` on the shared plane and an HTTPRoute for `hostname`.
+pub fn echo_route(hostname: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: echo}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo, namespace: echo}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: echo}}}}
+  template:
+    metadata: {{labels: {{app: echo}}}}
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: echo}}
+spec:
+  selector: {{app: echo}}
+  ports: [{{port: 8080, targetPort: 3000}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: echo}}
+spec:
+  gatewayClassName: cloudflare-tunnel
+  listeners:
+  - {{name: http, protocol: HTTP, port: 80}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: echo, namespace: echo}}
+spec:
+  parentRefs: [{{name: web}}]
+  hostnames: ["{hostname}"]
+  rules:
+  - backendRefs: [{{name: echo, port: 8080}}]
+"#
+    )
 }
 
 /// A tenant on a dedicated plane: namespace `ns`, a GatewayConfig `cfg` naming the token Secret
@@ -290,4 +366,99 @@ pub async fn until_status(edge: SocketAddr, host: &str, status: u16, timeout: Du
 /// Whether echo-basic's answer `body` names one of `pods` as the Pod that answered.
 pub fn answered_by(body: &str, pods: &[String]) -> bool {
     pods.iter().any(|p| body.contains(&format!("\"{p}\"")))
+}
+
+/// Requests for one hostname through the edge, one every 20 ms from [`Traffic::start`] until
+/// [`Traffic::stop`], counted by how they were answered.
+pub struct Traffic {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Answers>,
+}
+
+/// How [`Traffic`]'s requests were answered.
+#[derive(Debug)]
+pub struct Answers {
+    /// 200 with a body `ok` accepts.
+    pub ok: u32,
+    /// `404 no matching route` from a proxy without config.
+    pub unconfigured: u32,
+    /// Anything else (5xx, a broken connection, another body), as it came.
+    pub failed: Vec<String>,
+}
+
+impl Traffic {
+    pub fn start(
+        edge: SocketAddr,
+        host: &'static str,
+        path: &'static str,
+        ok: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut answers = Answers {
+                    ok: 0,
+                    unconfigured: 0,
+                    failed: Vec::new(),
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    match edge_get(edge, host, path).await {
+                        Ok((200, body)) if ok(&body) => answers.ok += 1,
+                        Ok((404, body)) if body == UNCONFIGURED => answers.unconfigured += 1,
+                        other => answers.failed.push(format!("{other:?}")),
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                answers
+            }
+        });
+        Traffic { stop, task }
+    }
+
+    pub async fn stop(self) -> Answers {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// Waits until the controller's Lease is held by one of its Pods, of which there are two (not
+/// terminating); returns the holder.
+pub async fn leader(cluster: &Cluster) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let pods = json(
+            cluster,
+            &[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=tunnel-gateway-controller",
+            ],
+        )
+        .await;
+        let controllers: Vec<String> = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let lease = json(
+            cluster,
+            &["-n", NS, "get", "lease", "tunnel-gateway-controller"],
+        )
+        .await;
+        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+        if controllers.len() == 2 && controllers.iter().any(|c| c == holder) {
+            return holder.to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Lease is not held by one of two controller Pods ({controllers:?}): {lease}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
