@@ -75,7 +75,7 @@ pub(super) fn decide(
     }
 }
 
-const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
+pub(super) const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 
 /// The advisory [`PERMISSIVE_HOSTNAME`] on listeners that admit routes of every namespace
 /// without a hostname of their own: any tenant's route may serve any hostname through them.
@@ -121,6 +121,7 @@ fn gateway_outcome(
     let key = ObjKey::of(gw.as_ref());
     let mut out = GatewayOutcome {
         gateway: gw.clone(),
+        kind: "Gateway",
         accepted: Verdict::ok("Accepted", "the Gateway is accepted"),
         programmed: Verdict::ok("Programmed", "routes are served by the shared data plane"),
         resolved_refs,
