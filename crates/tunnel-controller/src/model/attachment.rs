@@ -424,7 +424,7 @@ fn route_outcome(
         if p.hostnames.is_some()
             && let Some(gw) = counted
         {
-            count_attachment(gw, route, p);
+            count_attachment(gw, route, p, namespaces);
         }
     }
     for p in parents.iter().filter(|p| p.hostnames.is_some()) {
@@ -633,8 +633,13 @@ fn namespace_allowed(
     }
 }
 
-/// Counts the route on each listener it attached through.
-fn count_attachment(gw: &mut GatewayOutcome, route: &RouteView, parent: &ParentOutcome) {
+/// Counts the route on each listener it attached through (one whose allowedRoutes admit it).
+fn count_attachment(
+    gw: &mut GatewayOutcome,
+    route: &RouteView,
+    parent: &ParentOutcome,
+    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+) {
     let section = parent.parent_ref.section_name.as_deref();
     let port = parent.parent_ref.port;
     let gateway = gw.gateway.clone();
@@ -643,6 +648,7 @@ fn count_attachment(gw: &mut GatewayOutcome, route: &RouteView, parent: &ParentO
             && section.is_none_or(|s| s == l.name)
             && port.is_none_or(|p| p == l.port)
             && out.supported_kinds.contains(&route.id.kind.as_str())
+            && namespace_allowed(l, &gateway, &route.id.key.namespace, namespaces)
             && hostnames::intersect(l.hostname.as_deref(), &route.hostnames).is_some();
         if matches {
             out.attached_routes += 1;
