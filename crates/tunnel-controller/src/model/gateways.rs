@@ -11,7 +11,9 @@ use gateway_api::apis::standard::gateways::{
 use kube::ResourceExt;
 
 use super::classes::{ClassSettings, Classes};
-use super::types::{GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane};
+use super::types::{
+    GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane, SUPPORTED_KINDS,
+};
 use crate::conditions::Verdict;
 use crate::dedicated::claims;
 use crate::dedicated::{self, ClassPolicy, Decision, Verification};
@@ -74,8 +76,6 @@ pub(super) fn decide(
         model.gateways.insert(key, outcome);
     }
 }
-
-pub(super) const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 
 /// The advisory [`PERMISSIVE_HOSTNAME`] on listeners that admit routes of every namespace
 /// without a hostname of their own: any tenant's route may serve any hostname through them.

@@ -30,10 +30,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 use tunnel_config::config;
 
-use super::gateways::SUPPORTED_KINDS;
 use super::types::{
     GatewayOutcome, HOSTNAME_NOT_PERMITTED, ListenerOutcome, ListenerSetOutcome, Model,
-    PERMISSIVE_HOSTNAME,
+    PERMISSIVE_HOSTNAME, SUPPORTED_KINDS,
 };
 use crate::conditions::Verdict;
 use crate::keys::{GATEWAY_GROUP, ObjKey};

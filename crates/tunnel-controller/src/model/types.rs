@@ -29,6 +29,8 @@ pub const ROUTE_SHADOWED: &str = "cf.k8s.lex.la/RouteShadowed";
 pub const PERMISSIVE_HOSTNAME: &str = "cf.k8s.lex.la/PermissiveHostname";
 /// The route parent reason when a hostname is not delegated to the route's namespace.
 pub const HOSTNAME_NOT_PERMITTED: &str = "HostnameNotPermitted";
+/// The route kinds listeners support.
+pub(super) const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 /// The finalizer on a GatewayClass while Gateways use it (Gateway API convention).
 pub const CLASS_FINALIZER: &str = "gateway-exists-finalizer.gateway.networking.k8s.io";
 
