@@ -512,6 +512,7 @@ fn write_kind(w: &Write) -> &'static str {
         Write::GatewayClass { .. } | Write::ClassFinalizer { .. } => "GatewayClass",
         Write::ClassConfig { .. } => "GatewayClassConfig",
         Write::Gateway { .. } => "Gateway",
+        Write::ListenerSet { .. } => "ListenerSet",
         Write::Route { id, .. } => id.kind.as_str(),
         Write::Policy { .. } => "BackendTLSPolicy",
     }

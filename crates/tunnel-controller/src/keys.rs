@@ -143,6 +143,23 @@ impl ParentRef {
         }
     }
 
+    /// A reference to the ListenerSet `ls`, spelled out as [`ParentRef::to_gateway`].
+    pub fn to_listener_set(ls: &ObjKey, section_name: Option<String>, port: Option<i32>) -> Self {
+        Self {
+            kind: Some("ListenerSet".to_owned()),
+            ..Self::to_gateway(ls, section_name, port)
+        }
+    }
+
+    /// The ListenerSet this names, if it names one; `namespace` is the referrer's.
+    pub fn listener_set(&self, namespace: &str) -> Option<ObjKey> {
+        let group = self.group.as_deref().unwrap_or(GATEWAY_GROUP);
+        (group == GATEWAY_GROUP && self.kind.as_deref() == Some("ListenerSet")).then(|| ObjKey {
+            namespace: self.namespace.as_deref().unwrap_or(namespace).to_owned(),
+            name: self.name.clone(),
+        })
+    }
+
     /// The Gateway this names, if it names a Gateway; `namespace` is the referrer's.
     pub fn gateway(&self, namespace: &str) -> Option<ObjKey> {
         let group = self.group.as_deref().unwrap_or(GATEWAY_GROUP);
@@ -205,6 +222,14 @@ mod tests {
         };
         let gw = r.gateway("shop").unwrap();
         assert_eq!(gw.to_string(), "shop/edge");
+        assert_eq!(r.listener_set("shop"), None);
+        let set = ParentRef {
+            group: Some(GATEWAY_GROUP.into()),
+            kind: Some("ListenerSet".into()),
+            ..r.clone()
+        };
+        assert_eq!(set.gateway("shop"), None);
+        assert_eq!(set.listener_set("shop").unwrap().to_string(), "shop/edge");
         let service = ParentRef {
             kind: Some("Service".into()),
             ..r.clone()

@@ -10,6 +10,8 @@
 //! - `classes`: GatewayClasses and their GatewayClassConfigs; the shared plane's tunnel.
 //! - `gateways`: Gateways and listeners, with the dedicated-plane decisions of
 //!   [`crate::dedicated`].
+//! - `listener_sets`: ListenerSets attached to those Gateways, their listeners merged after the
+//!   Gateway's own.
 //! - `attachment`: route attachment, BackendTLSPolicies in use, partitions' route tables and
 //!   listeners, tunnels' hostnames.
 //!
@@ -18,6 +20,7 @@
 mod attachment;
 mod classes;
 mod gateways;
+mod listener_sets;
 mod types;
 
 use std::collections::BTreeMap;
@@ -46,7 +49,9 @@ pub fn compute(
         snap.secrets.iter().cloned(),
     );
     gateways::decide(snap, &classes, verifications, &idx, &mut model);
+    listener_sets::decide(snap, &idx, &mut model);
     attachment::routes(snap, settings, &idx, &mut model);
+    listener_sets::partition_listeners(&mut model);
     attachment::partitions(&mut model);
     attachment::shadows(&mut model);
     model

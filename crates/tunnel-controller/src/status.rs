@@ -1,8 +1,9 @@
 //! Status writing (TG-11): the [`Model`] plus the round's I/O outcomes ([`Effects`]) become
-//! GatewayClass, GatewayClassConfig, Gateway and route statuses, written only when they differ
+//! GatewayClass, GatewayClassConfig, Gateway, ListenerSet and route statuses, written only when they differ
 //! from what the API server holds.
 //!
-//! - Statuses the controller owns alone (GatewayClass, GatewayClassConfig, Gateway) are
+//! - Statuses the controller owns alone (GatewayClass, GatewayClassConfig, Gateway,
+//!   ListenerSet) are
 //!   server-side applied with the controller's field manager.
 //! - Route `status.parents` is shared with other controllers: the entries of other
 //!   `controllerName`s are kept as read, and the write carries the `resourceVersion` it was
@@ -20,10 +21,15 @@ use gateway_api::apis::standard::gatewayclasses::{
     GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
 };
 use gateway_api::apis::standard::gateways::{
-    Gateway, GatewayStatus, GatewayStatusListeners, GatewayStatusListenersSupportedKinds,
+    Gateway, GatewayAllowedListenersNamespacesFrom, GatewayStatus, GatewayStatusListeners,
+    GatewayStatusListenersSupportedKinds,
 };
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::listenersets::{
+    ListenerSet, ListenerSetStatus, ListenerSetStatusListeners,
+    ListenerSetStatusListenersSupportedKinds,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -38,8 +44,8 @@ use crate::features::SUPPORTED_FEATURES;
 use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::model::{
-    CLASS_FINALIZER, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, ROUTE_SHADOWED, RouteOutcome,
-    RouteParentStatus,
+    CLASS_FINALIZER, ListenerSetOutcome, Model, PROXY_CONFIG_PUSHED, PolicyOutcome, ROUTE_SHADOWED,
+    RouteOutcome, RouteParentStatus,
 };
 
 /// The field manager of every write.
@@ -93,6 +99,10 @@ pub enum Write {
     Gateway {
         key: ObjKey,
         status: GatewayStatus,
+    },
+    ListenerSet {
+        key: ObjKey,
+        status: ListenerSetStatus,
     },
     Route {
         id: RouteId,
@@ -270,9 +280,23 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
                 }
             })
             .collect();
+        // Written for Gateways that admit ListenerSets (and while any is attached).
+        let attached_sets = model
+            .listener_sets
+            .values()
+            .filter(|l| l.gateway == *key && l.attached())
+            .count();
+        let admits_sets = gw
+            .spec
+            .allowed_listeners
+            .as_ref()
+            .and_then(|a| a.namespaces.as_ref())
+            .and_then(|n| n.from.as_ref())
+            .is_some_and(|f| *f != GatewayAllowedListenersNamespacesFrom::None);
         let desired = GatewayStatus {
             addresses: (!g.addresses.is_empty()).then(|| g.addresses.clone()),
-            attached_listener_sets: current.attached_listener_sets,
+            attached_listener_sets: (admits_sets || attached_sets > 0)
+                .then(|| i32::try_from(attached_sets).unwrap_or(i32::MAX)),
             conditions: Some(conditions),
             listeners: Some(listeners),
         };
@@ -281,6 +305,12 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
                 key: key.clone(),
                 status: desired,
             });
+        }
+    }
+
+    for (key, ls) in &model.listener_sets {
+        if let Some(w) = listener_set_write(key, ls, model, effects, &now, &mut notices) {
+            writes.push(w);
         }
     }
 
@@ -295,6 +325,79 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
         }
     }
     (writes, notices)
+}
+
+/// A ListenerSet's status: its conditions (`Programmed` follows the parent Gateway's plane and
+/// tunnel) and its listeners'.
+fn listener_set_write(
+    key: &ObjKey,
+    ls: &ListenerSetOutcome,
+    model: &Model,
+    effects: &Effects,
+    now: &Time,
+    notices: &mut Vec<Notice>,
+) -> Option<Write> {
+    let obj = &ls.listener_set;
+    let current = obj.status.clone().unwrap_or_default();
+    let generation = obj.metadata.generation;
+    let current_conditions = current.conditions.clone().unwrap_or_default();
+    let mut programmed = ls.programmed.clone();
+    let parent = model.gateways.get(&ls.gateway);
+    let parent_failure = effects.render_errors.get(&ls.gateway).or_else(|| {
+        parent
+            .and_then(|g| g.tunnel.as_ref())
+            .and_then(|t| effects.tunnel_errors.get(t))
+    });
+    if ls.attached()
+        && let Some(err) = parent_failure
+    {
+        programmed = Verdict::fail(
+            "Programmed",
+            "ParentNotProgrammed",
+            format!("Gateway {} is not programmed: {err}", ls.gateway),
+        );
+    }
+    let conditions = merge(
+        &current_conditions,
+        &[ls.accepted.clone(), programmed],
+        generation,
+        now,
+    );
+    notice_failures(notices, obj.as_ref(), &current_conditions, &conditions);
+    let current_listeners = current.listeners.clone().unwrap_or_default();
+    let listeners: Vec<ListenerSetStatusListeners> = ls
+        .listeners()
+        .iter()
+        .map(|l| {
+            let before = current_listeners
+                .iter()
+                .find(|c| c.name == l.name)
+                .map(|c| c.conditions.clone())
+                .unwrap_or_default();
+            ListenerSetStatusListeners {
+                name: l.name.clone(),
+                attached_routes: l.attached_routes,
+                supported_kinds: Some(
+                    l.supported_kinds
+                        .iter()
+                        .map(|k| ListenerSetStatusListenersSupportedKinds {
+                            group: Some(GATEWAY_GROUP.to_owned()),
+                            kind: (*k).to_owned(),
+                        })
+                        .collect(),
+                ),
+                conditions: merge(&before, &l.verdicts, generation, now),
+            }
+        })
+        .collect();
+    let desired = ListenerSetStatus {
+        conditions: Some(conditions),
+        listeners: (!listeners.is_empty()).then_some(listeners),
+    };
+    (desired != current).then(|| Write::ListenerSet {
+        key: key.clone(),
+        status: desired,
+    })
 }
 
 fn route_write(
@@ -387,7 +490,11 @@ fn route_write(
                     object: reference.clone(),
                     warning: true,
                     reason,
-                    message: format!("parent {}: {}", p.gateway, c.message),
+                    message: format!(
+                        "parent {}: {}",
+                        p.listener_set.as_ref().unwrap_or(&p.gateway),
+                        c.message
+                    ),
                 });
             }
         }
@@ -582,6 +689,12 @@ impl Writer {
             Write::Gateway { key, status } => {
                 let api: Api<Gateway> = Api::namespaced(self.client.clone(), &key.namespace);
                 let body = json!({"apiVersion": format!("{GATEWAY_GROUP}/v1"), "kind": "Gateway", "status": status});
+                api.patch_status(&key.name, &apply, &Patch::Apply(body))
+                    .await?;
+            }
+            Write::ListenerSet { key, status } => {
+                let api: Api<ListenerSet> = Api::namespaced(self.client.clone(), &key.namespace);
+                let body = json!({"apiVersion": format!("{GATEWAY_GROUP}/v1"), "kind": "ListenerSet", "status": status});
                 api.patch_status(&key.name, &apply, &Patch::Apply(body))
                     .await?;
             }

@@ -23,7 +23,7 @@ mod parts;
 mod report;
 mod tls_policy;
 
-pub use backends::{BackendIndex, SecretRef, gateway_client_cert, gateway_tls_secret};
+pub use backends::{BackendIndex, SecretRef, gateway_client_cert, gateway_tls_secret, tls_secret};
 pub use grpc::grpc_route;
 pub use http::http_route;
 pub use report::Translated;

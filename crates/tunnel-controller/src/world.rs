@@ -15,6 +15,7 @@ use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::listenersets::ListenerSet;
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -56,6 +57,7 @@ pub struct Stores {
     gateways: Store<Gateway>,
     http_routes: Store<HttpRoute>,
     grpc_routes: Store<GrpcRoute>,
+    listener_sets: Store<ListenerSet>,
     reference_grants: Store<ReferenceGrant>,
     backend_tls_policies: Store<BackendTlsPolicy>,
     services: Store<Service>,
@@ -78,6 +80,7 @@ pub struct Snapshot {
     pub gateways: Vec<Arc<Gateway>>,
     pub http_routes: Vec<Arc<HttpRoute>>,
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    pub listener_sets: Vec<Arc<ListenerSet>>,
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
     pub services: Vec<Arc<Service>>,
@@ -106,6 +109,7 @@ impl Stores {
             gateways: reflect(client, changed),
             http_routes: reflect(client, changed),
             grpc_routes: reflect(client, changed),
+            listener_sets: reflect(client, changed),
             reference_grants: reflect(client, changed),
             backend_tls_policies: reflect(client, changed),
             services: reflect(client, changed),
@@ -132,6 +136,7 @@ impl Stores {
             self.gateways.wait_until_ready(),
             self.http_routes.wait_until_ready(),
             self.grpc_routes.wait_until_ready(),
+            self.listener_sets.wait_until_ready(),
             self.reference_grants.wait_until_ready(),
             self.backend_tls_policies.wait_until_ready(),
             self.services.wait_until_ready(),
@@ -159,6 +164,7 @@ impl Stores {
             gateways: self.gateways.state(),
             http_routes: self.http_routes.state(),
             grpc_routes: self.grpc_routes.state(),
+            listener_sets: self.listener_sets.state(),
             reference_grants: self.reference_grants.state(),
             backend_tls_policies: self.backend_tls_policies.state(),
             services: self.services.state(),

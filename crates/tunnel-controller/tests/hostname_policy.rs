@@ -1,7 +1,8 @@
 //! Hostname ownership at admission (issue 20, item 2): the optional ValidatingAdmissionPolicy
 //! of `deploy/tunnel-gateway/hostname-ownership/`, built with kustomize as a component and
 //! installed in a real kube-apiserver with the Gateway API CRDs and ours, then attacked with
-//! kubectl writes by tenant identities that may write routes in their own namespace only.
+//! kubectl writes by tenant identities that may write routes and ListenerSets in their own
+//! namespace only.
 //!
 //! Parameters: the GatewayClassConfig `cloudflare-tunnel` delegating `a.example.com` and
 //! `*.a.example.com` to `team-a`, `*.example.com` to `team-b`; its `status.gateways` (which the
@@ -28,7 +29,7 @@ kind: ClusterRole
 metadata: {name: route-writer}
 rules:
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["httproutes", "grpcroutes"]
+  resources: ["httproutes", "grpcroutes", "listenersets"]
   verbs: ["*"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -69,6 +70,18 @@ fn route(kind: &str, ns: &str, name: &str, parent: &str, hostnames: &[&str]) -> 
 }
 
 const EDGE: &str = "{name: edge, namespace: infra}";
+
+/// A ListenerSet with one HTTP listener per hostname.
+fn listener_set(ns: &str, name: &str, parent: &str, hostnames: &[&str]) -> String {
+    let listeners: String = hostnames
+        .iter()
+        .enumerate()
+        .map(|(i, h)| format!("\n  - {{name: l{i}, protocol: HTTP, port: 80, hostname: \"{h}\"}}"))
+        .collect();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  parentRef: {parent}\n  listeners:{listeners}\n"
+    )
+}
 
 /// Creates `yaml` as `user`: `Ok` or the API server's refusal.
 async fn create_as(cluster: &Cluster, user: &str, yaml: &str) -> Result<(), String> {
@@ -311,6 +324,44 @@ async fn the_admission_policy_refuses_other_tenants_hostnames_and_ignores_other_
         .await
         .unwrap();
     assert!(!kept.contains("a.example.com"), "{kept}");
+
+    // A ListenerSet on a Gateway of ours is checked with its own namespace: B cannot add a
+    // listener for A's name; its own name, and A's name on another implementation's Gateway, are
+    // admitted.
+    refused(
+        create_as(
+            cluster,
+            "bob",
+            &listener_set(
+                "team-b",
+                "squat",
+                EDGE,
+                &["shop.example.com", "x.a.example.com"],
+            ),
+        )
+        .await,
+        "a ListenerSet listener for A's name",
+        &["x.a.example.com", "team-b"],
+    );
+    create_as(
+        cluster,
+        "bob",
+        &listener_set("team-b", "own", EDGE, &["blog.example.com"]),
+    )
+    .await
+    .unwrap();
+    create_as(
+        cluster,
+        "bob",
+        &listener_set(
+            "team-b",
+            "foreign",
+            "{name: foreign, namespace: infra}",
+            &["x.a.example.com"],
+        ),
+    )
+    .await
+    .unwrap();
 
     // Routes for another implementation's Gateway, or for a non-Gateway parent, are not this
     // policy's business: admitted whatever their hostnames.

@@ -675,6 +675,7 @@ async fn can_i(args: &[&str]) -> bool {
 const GATEWAY_API: &[&str] = &[
     "gatewayclasses.gateway.networking.k8s.io",
     "gateways.gateway.networking.k8s.io",
+    "listenersets.gateway.networking.k8s.io",
     "httproutes.gateway.networking.k8s.io",
     "grpcroutes.gateway.networking.k8s.io",
     "referencegrants.gateway.networking.k8s.io",
@@ -694,6 +695,7 @@ const WATCHED_CORE: &[&str] = &[
 const STATUS_WRITTEN: &[&str] = &[
     "gatewayclasses.gateway.networking.k8s.io",
     "gateways.gateway.networking.k8s.io",
+    "listenersets.gateway.networking.k8s.io",
     "httproutes.gateway.networking.k8s.io",
     "grpcroutes.gateway.networking.k8s.io",
     "backendtlspolicies.gateway.networking.k8s.io",

@@ -298,14 +298,24 @@ fn route_outcome(
     let mut served: BTreeMap<PartitionKey, (Option<BTreeSet<String>>, ObjKey, i32)> =
         BTreeMap::new();
     for pref in &route.parent_refs {
-        let Some(gw_key) = pref.gateway(&route.id.key.namespace) else {
+        let ns = &route.id.key.namespace;
+        // In status, group, kind and namespace are always spelled out.
+        let (gw_key, listener_set, status_ref, gw) = if let Some(ls_key) = pref.listener_set(ns) {
+            let Some(ls) = model.listener_sets.get(&ls_key) else {
+                continue; // not a ListenerSet of a Gateway of ours
+            };
+            let status_ref =
+                ParentRef::to_listener_set(&ls_key, pref.section_name.clone(), pref.port);
+            (ls.gateway.clone(), Some(ls_key), status_ref, &ls.view)
+        } else if let Some(gw_key) = pref.gateway(ns) {
+            let Some(gw) = model.gateways.get(&gw_key) else {
+                continue; // not a Gateway of ours (or not there): another controller's business
+            };
+            let status_ref = ParentRef::to_gateway(&gw_key, pref.section_name.clone(), pref.port);
+            (gw_key, None, status_ref, gw)
+        } else {
             continue;
         };
-        let Some(gw) = model.gateways.get_mut(&gw_key) else {
-            continue; // not a Gateway of ours (or not there): another controller's business
-        };
-        // In status, group, kind and namespace are always spelled out.
-        let status_ref = ParentRef::to_gateway(&gw_key, pref.section_name.clone(), pref.port);
         let (accepted, attached) = attach(route, gw, &status_ref, namespaces);
         let (hostnames, port) = match attached {
             Some((hosts, port)) => (Some(hosts), port),
@@ -314,6 +324,7 @@ fn route_outcome(
         parents.push(ParentOutcome {
             parent_ref: status_ref,
             gateway: gw_key.clone(),
+            listener_set,
             verdicts: vec![accepted],
             hostnames: hostnames.clone(),
         });
@@ -406,10 +417,14 @@ fn route_outcome(
         {
             p.verdicts.push(sharing.route_verdict());
         }
+        let counted = match &p.listener_set {
+            Some(ls) => model.listener_sets.get_mut(ls).map(|ls| &mut ls.view),
+            None => model.gateways.get_mut(&p.gateway),
+        };
         if p.hostnames.is_some()
-            && let Some(gw) = model.gateways.get_mut(&p.gateway)
+            && let Some(gw) = counted
         {
-            count_attachment(gw, route, p);
+            count_attachment(gw, route, p, namespaces);
         }
     }
     for p in parents.iter().filter(|p| p.hostnames.is_some()) {
@@ -463,8 +478,8 @@ fn attach(
                 "Accepted",
                 "Pending",
                 format!(
-                    "Gateway {} is not accepted: {}",
-                    ObjKey::of(gw.gateway.as_ref()),
+                    "{} is not accepted: {}",
+                    parent_name(gw),
                     gw.accepted.message
                 ),
             ),
@@ -486,8 +501,8 @@ fn attach(
                 "Accepted",
                 "NoMatchingParent",
                 format!(
-                    "Gateway {} has no listener{}{}",
-                    ObjKey::of(gw.gateway.as_ref()),
+                    "{} has no listener{}{}",
+                    parent_name(gw),
                     section.map(|s| format!(" named {s}")).unwrap_or_default(),
                     port.map(|p| format!(" on port {p}")).unwrap_or_default()
                 ),
@@ -510,8 +525,8 @@ fn attach(
                 "Accepted",
                 "NotAllowedByListeners",
                 format!(
-                    "no listener of Gateway {} allows {} from namespace {} (see the listeners' allowedRoutes)",
-                    ObjKey::of(gw.gateway.as_ref()),
+                    "no listener of {} allows {} from namespace {} (see the listeners' allowedRoutes)",
+                    parent_name(gw),
                     route.id.kind.as_str(),
                     route.id.key.namespace
                 ),
@@ -537,9 +552,9 @@ fn attach(
                 "Accepted",
                 "NoMatchingListenerHostname",
                 format!(
-                    "none of the route's hostnames ({}) matches a listener hostname of Gateway {}",
+                    "none of the route's hostnames ({}) matches a listener hostname of {}",
                     route.hostnames.join(", "),
-                    ObjKey::of(gw.gateway.as_ref())
+                    parent_name(gw)
                 ),
             ),
             None,
@@ -558,8 +573,8 @@ fn attach(
                 "Accepted",
                 HOSTNAME_NOT_PERMITTED,
                 format!(
-                    "{refusal} (hostname ownership of Gateway {}'s class, GatewayClassConfig spec.hostnameOwnership); nothing of this route is served through it",
-                    ObjKey::of(gw.gateway.as_ref())
+                    "{refusal} (hostname ownership of {}'s class, GatewayClassConfig spec.hostnameOwnership); nothing of this route is served through it",
+                    parent_name(gw)
                 ),
             ),
             None,
@@ -569,6 +584,11 @@ fn attach(
         Verdict::ok("Accepted", "the route is accepted"),
         Some((served, port)),
     )
+}
+
+/// `Gateway ns/name` or `ListenerSet ns/name`.
+fn parent_name(gw: &GatewayOutcome) -> String {
+    format!("{} {}", gw.kind, ObjKey::of(gw.gateway.as_ref()))
 }
 
 fn namespace_allowed(
@@ -613,8 +633,13 @@ fn namespace_allowed(
     }
 }
 
-/// Counts the route on each listener it attached through.
-fn count_attachment(gw: &mut GatewayOutcome, route: &RouteView, parent: &ParentOutcome) {
+/// Counts the route on each listener it attached through (one whose allowedRoutes admit it).
+fn count_attachment(
+    gw: &mut GatewayOutcome,
+    route: &RouteView,
+    parent: &ParentOutcome,
+    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+) {
     let section = parent.parent_ref.section_name.as_deref();
     let port = parent.parent_ref.port;
     let gateway = gw.gateway.clone();
@@ -623,6 +648,7 @@ fn count_attachment(gw: &mut GatewayOutcome, route: &RouteView, parent: &ParentO
             && section.is_none_or(|s| s == l.name)
             && port.is_none_or(|p| p == l.port)
             && out.supported_kinds.contains(&route.id.kind.as_str())
+            && namespace_allowed(l, &gateway, &route.id.key.namespace, namespaces)
             && hostnames::intersect(l.hostname.as_deref(), &route.hostnames).is_some();
         if matches {
             out.attached_routes += 1;

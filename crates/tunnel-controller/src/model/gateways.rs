@@ -11,7 +11,9 @@ use gateway_api::apis::standard::gateways::{
 use kube::ResourceExt;
 
 use super::classes::{ClassSettings, Classes};
-use super::types::{GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane};
+use super::types::{
+    GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane, SUPPORTED_KINDS,
+};
 use crate::conditions::Verdict;
 use crate::dedicated::claims;
 use crate::dedicated::{self, ClassPolicy, Decision, Verification};
@@ -75,8 +77,6 @@ pub(super) fn decide(
     }
 }
 
-const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
-
 /// The advisory [`PERMISSIVE_HOSTNAME`] on listeners that admit routes of every namespace
 /// without a hostname of their own: any tenant's route may serve any hostname through them.
 fn permissive_listeners(
@@ -121,6 +121,7 @@ fn gateway_outcome(
     let key = ObjKey::of(gw.as_ref());
     let mut out = GatewayOutcome {
         gateway: gw.clone(),
+        kind: "Gateway",
         accepted: Verdict::ok("Accepted", "the Gateway is accepted"),
         programmed: Verdict::ok("Programmed", "routes are served by the shared data plane"),
         resolved_refs,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::{Gateway, GatewayStatusAddresses};
+use gateway_api::apis::standard::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 use tunnel_config::config::Config;
@@ -28,6 +29,8 @@ pub const ROUTE_SHADOWED: &str = "cf.k8s.lex.la/RouteShadowed";
 pub const PERMISSIVE_HOSTNAME: &str = "cf.k8s.lex.la/PermissiveHostname";
 /// The route parent reason when a hostname is not delegated to the route's namespace.
 pub const HOSTNAME_NOT_PERMITTED: &str = "HostnameNotPermitted";
+/// The route kinds listeners support.
+pub(super) const SUPPORTED_KINDS: [&str; 2] = ["HTTPRoute", "GRPCRoute"];
 /// The finalizer on a GatewayClass while Gateways use it (Gateway API convention).
 pub const CLASS_FINALIZER: &str = "gateway-exists-finalizer.gateway.networking.k8s.io";
 
@@ -76,7 +79,11 @@ pub struct ListenerOutcome {
 /// A Gateway of one of our classes.
 #[derive(Debug, Clone)]
 pub struct GatewayOutcome {
+    /// For a ListenerSet's view (see [`ListenerSetOutcome`]): the ListenerSet's namespace and
+    /// name, and its listeners as Gateway listeners.
     pub gateway: Arc<Gateway>,
+    /// `Gateway`, or `ListenerSet` for a ListenerSet's view: what messages call the parent.
+    pub kind: &'static str,
     pub accepted: Verdict,
     pub programmed: Verdict,
     /// The backend client certificate's verdict.
@@ -103,6 +110,31 @@ pub struct GatewayOutcome {
     pub(super) client_cert: Option<translate::ClientCert>,
 }
 
+/// A ListenerSet whose parentRef names a Gateway of ours.
+#[derive(Debug, Clone)]
+pub struct ListenerSetOutcome {
+    pub listener_set: Arc<ListenerSet>,
+    /// The parent Gateway.
+    pub gateway: ObjKey,
+    pub accepted: Verdict,
+    pub programmed: Verdict,
+    /// The parent's outcome with the ListenerSet's namespace, name and listeners, which routes
+    /// naming the ListenerSet attach through like a Gateway (serving nothing unless accepted).
+    pub view: GatewayOutcome,
+}
+
+impl ListenerSetOutcome {
+    /// The status of its listeners (none while the Gateway does not admit it).
+    pub fn listeners(&self) -> &[ListenerOutcome] {
+        &self.view.listeners
+    }
+
+    /// `Accepted=True`: counted in the Gateway's `status.attachedListenerSets`.
+    pub fn attached(&self) -> bool {
+        self.accepted.status
+    }
+}
+
 /// A Gateway's dedicated plane, as this round wants it.
 #[derive(Debug, Clone)]
 pub enum Plane {
@@ -121,7 +153,10 @@ pub enum Plane {
 pub struct ParentOutcome {
     /// The parentRef as written in status (`group`, `kind`, `namespace` spelled out).
     pub parent_ref: ParentRef,
+    /// The Gateway (for a ListenerSet parent: its parent Gateway, whose plane serves it).
     pub gateway: ObjKey,
+    /// The ListenerSet when the parentRef names one.
+    pub listener_set: Option<ObjKey>,
     /// `Accepted` first, then `ResolvedRefs`, then optional extras.
     pub verdicts: Vec<Verdict>,
     /// Hostnames the route serves through this parent (empty: any host); `None` when not
@@ -182,6 +217,7 @@ pub struct Model {
     pub policies: Vec<PolicyOutcome>,
     pub class_configs: Vec<ClassConfigOutcome>,
     pub gateways: BTreeMap<ObjKey, GatewayOutcome>,
+    pub listener_sets: BTreeMap<ObjKey, ListenerSetOutcome>,
     pub routes: Vec<RouteOutcome>,
     pub partitions: BTreeMap<PartitionKey, PartitionPlan>,
     pub tunnels: BTreeMap<String, TunnelPlan>,

@@ -481,7 +481,21 @@ pub fn gateway_tls_secret(
     idx: &BackendIndex,
 ) -> Result<ClientCert, Verdict> {
     let gw_ns = gateway.namespace().unwrap_or_default();
-    let namespace = r.namespace.unwrap_or(&gw_ns);
+    tls_secret("Gateway", &gw_ns, field, r, invalid_reason, idx)
+}
+
+/// [`gateway_tls_secret`] for a referrer of kind `referrer_kind` (`Gateway`, `ListenerSet`) in
+/// `referrer_ns`: the ReferenceGrant must allow that kind.
+pub fn tls_secret(
+    referrer_kind: &str,
+    referrer_ns: &str,
+    field: &str,
+    r: SecretRef<'_>,
+    invalid_reason: &str,
+    idx: &BackendIndex,
+) -> Result<ClientCert, Verdict> {
+    let gw_ns = referrer_ns;
+    let namespace = r.namespace.unwrap_or(gw_ns);
     let at = format!("{field} {namespace}/{}", r.name);
     let invalid = |why: &str| {
         Verdict::fail(
@@ -500,8 +514,8 @@ pub fn gateway_tls_secret(
     }
     let from = grants::From {
         group: GATEWAY_GROUP,
-        kind: "Gateway",
-        namespace: &gw_ns,
+        kind: referrer_kind,
+        namespace: gw_ns,
     };
     let to = grants::To {
         group: "",
@@ -514,7 +528,7 @@ pub fn gateway_tls_secret(
             "ResolvedRefs",
             "RefNotPermitted",
             format!(
-                "{at}: no ReferenceGrant in namespace {namespace} allows Gateways from namespace {gw_ns} to reference Secret {}",
+                "{at}: no ReferenceGrant in namespace {namespace} allows {referrer_kind}s from namespace {gw_ns} to reference Secret {}",
                 r.name
             ),
         ));

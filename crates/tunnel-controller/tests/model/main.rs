@@ -16,6 +16,7 @@ use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
+use gateway_api::apis::standard::listenersets::ListenerSet;
 use gateway_api::apis::standard::referencegrants::ReferenceGrant;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -44,6 +45,7 @@ struct Case {
     gateway_class_configs: Vec<GatewayClassConfig>,
     gateways: Vec<Gateway>,
     gateway_configs: Vec<GatewayConfig>,
+    listener_sets: Vec<ListenerSet>,
     http_routes: Vec<HttpRoute>,
     grpc_routes: Vec<GrpcRoute>,
     reference_grants: Vec<ReferenceGrant>,
@@ -97,6 +99,8 @@ struct Out {
     gateway_class_configs: Vec<ClassConfigOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     gateways: Vec<GatewayOut>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    listener_sets: Vec<ListenerSetOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     routes: Vec<RouteOut>,
     #[serde(rename = "backendTLSPolicies", skip_serializing_if = "Vec::is_empty")]
@@ -171,7 +175,21 @@ struct GatewayOut {
     plane: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     addresses: Vec<String>,
+    /// `status.attachedListenerSets` (written for Gateways that admit ListenerSets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attached_listener_sets: Option<i32>,
     conditions: Vec<Cond>,
+    listeners: Vec<ListenerOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListenerSetOut {
+    name: String,
+    /// The parent Gateway.
+    gateway: String,
+    conditions: Vec<Cond>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     listeners: Vec<ListenerOut>,
 }
 
@@ -257,6 +275,7 @@ fn snapshot(case: Case) -> Snapshot {
         gateways: arcs(case.gateways),
         http_routes: arcs(case.http_routes),
         grpc_routes: arcs(case.grpc_routes),
+        listener_sets: arcs(case.listener_sets),
         reference_grants: arcs(case.reference_grants),
         backend_tls_policies: arcs(case.backend_tls_policies),
         services: arcs(case.services),
@@ -384,6 +403,7 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
         gateway_classes: Vec::new(),
         gateway_class_configs: Vec::new(),
         gateways: Vec::new(),
+        listener_sets: Vec::new(),
         routes: Vec::new(),
         backend_tls_policies: Vec::new(),
         partitions: BTreeMap::new(),
@@ -463,6 +483,7 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                         .flatten()
                         .map(|a| a.value.clone())
                         .collect(),
+                    attached_listener_sets: status.attached_listener_sets,
                     conditions: conds(status.conditions.as_deref().unwrap_or_default()),
                     listeners: status
                         .listeners
@@ -482,6 +503,27 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                         .collect(),
                 });
             }
+            Write::ListenerSet { key, status } => out.listener_sets.push(ListenerSetOut {
+                name: key.to_string(),
+                gateway: model.listener_sets[key].gateway.to_string(),
+                conditions: conds(status.conditions.as_deref().unwrap_or_default()),
+                listeners: status
+                    .listeners
+                    .iter()
+                    .flatten()
+                    .map(|l| ListenerOut {
+                        name: l.name.clone(),
+                        supported_kinds: l
+                            .supported_kinds
+                            .iter()
+                            .flatten()
+                            .map(|k| k.kind.clone())
+                            .collect(),
+                        attached_routes: l.attached_routes,
+                        conditions: conds(&l.conditions),
+                    })
+                    .collect(),
+            }),
             Write::Route { id, parents, .. } => {
                 let outcome = model.routes.iter().find(|r| r.id == *id);
                 out.routes.push(RouteOut {
@@ -644,6 +686,12 @@ const REASONS: &[&str] = &[
     "InvalidRouteKinds",
     "HostnameConflict",
     "NoConflicts",
+    // ListenerSets and their listeners.
+    "NotAllowed",
+    "ParentNotAccepted",
+    "ParentNotProgrammed",
+    "ProtocolConflict",
+    "HostnameNotPermitted",
     // Route parents.
     "NoMatchingParent",
     "NotAllowedByListeners",
