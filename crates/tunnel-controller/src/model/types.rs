@@ -275,6 +275,7 @@ mod tests {
                 .map(|v| ParentOutcome {
                     parent_ref: ParentRef::to_gateway(&key, None, None),
                     gateway: key.clone(),
+                    listener_set: None,
                     verdicts: v.clone(),
                     hostnames: None,
                 })
