@@ -47,6 +47,7 @@ pub mod edge;
 mod seed;
 mod server;
 mod state;
+pub mod upgrade;
 pub mod validate;
 pub mod wire;
 
