@@ -644,6 +644,7 @@ const REASONS: &[&str] = &[
     "InvalidRouteKinds",
     "HostnameConflict",
     "NoConflicts",
+    "InvalidCertificateRef",
     // Route parents.
     "NoMatchingParent",
     "NotAllowedByListeners",
@@ -657,6 +658,7 @@ const REASONS: &[&str] = &[
     "IngressRuleLimitExceeded",
     "ProxyConfigPushFailed",
     "Published",
+    "ListenerNotProgrammed",
     // BackendTLSPolicy.
     "NoValidCACertificate",
     "Conflicted",
