@@ -27,6 +27,11 @@ pub struct KindLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct PushLabels {
     pub partition: String,
     pub result: &'static str,
@@ -47,6 +52,11 @@ pub struct Metrics {
     /// Config pushes by partition and result (`loaded`, `unauthorized`, `rejected`, `stale`,
     /// `failed`).
     pub pushes: Family<PushLabels, Counter>,
+    /// Route parents not accepted, by reason (`HostnameNotPermitted`, `NotAllowedByListeners`,
+    /// `TunnelClaimRejected`, ...), as of the last round; a reason no longer seen reads 0.
+    pub refused_parents: Family<ReasonLabel, Gauge>,
+    /// Route parents losing requests to a route of another namespace, as of the last round.
+    pub shadowed_parents: Gauge,
 }
 
 impl Metrics {
@@ -60,6 +70,8 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             pushes: Family::default(),
+            refused_parents: Family::default(),
+            shadowed_parents: Gauge::default(),
         };
         registry.register(
             "cftunnel_sync_duration_seconds",
@@ -85,6 +97,16 @@ impl Metrics {
             "cftunnel_config_pushes",
             "Config pushes to data-plane proxies by partition and result",
             m.pushes.clone(),
+        );
+        registry.register(
+            "cftunnel_route_parents_refused",
+            "Route parents (a route on one Gateway) not accepted, by reason",
+            m.refused_parents.clone(),
+        );
+        registry.register(
+            "cftunnel_route_parents_shadowed",
+            "Route parents losing requests to a route of another namespace (RouteShadowed)",
+            m.shadowed_parents.clone(),
         );
         m
     }
