@@ -249,6 +249,8 @@ mod tests {
                     parent_ref: ParentRef::to_gateway(&key, None, None),
                     gateway: key.clone(),
                     verdicts: v.clone(),
+                    attached: false,
+                    listeners: Vec::new(),
                     hostnames: None,
                 })
                 .collect(),
