@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloudflare_api::ConnectorToken;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
@@ -29,6 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::upgrade::{self, UPGRADE_HEADER};
 use crate::wire::{self, Register, Registered, SERVICE_HEADER};
 
 /// Where the stand-in dials when neither `--edge` nor `TUNNEL_EDGE` says otherwise: a name that
@@ -40,6 +41,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(8);
 
 type RelayBody = UnsyncBoxBody<Bytes, hyper::Error>;
+
+/// The client towards origins (HTTP/1.1, any body: a relayed one, or none for an upgrade).
+type OriginClient = Client<HttpConnector, RelayBody>;
 
 /// What the stand-in needs to run.
 #[derive(Debug, Clone)]
@@ -136,7 +140,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // on loopback otherwise), here and on the edge connection.
     let mut origin = HttpConnector::new();
     origin.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).build(origin);
+    let client: OriginClient = Client::builder(TokioExecutor::new()).build(origin);
     tokio::pin!(shutdown);
     let mut backoff = BACKOFF_MIN;
     let mut registered_once = false;
@@ -259,7 +263,7 @@ fn text(status: StatusCode, body: String) -> Response<RelayBody> {
 
 /// Relays one request from the edge to the rule's service, with the visitor's `Host`.
 async fn relay(
-    client: Client<HttpConnector, Incoming>,
+    client: OriginClient,
     req: Request<Incoming>,
 ) -> Result<Response<RelayBody>, Infallible> {
     let (mut parts, body) = req.into_parts();
@@ -304,7 +308,14 @@ async fn relay(
     if let Some(host) = host.and_then(|h| HeaderValue::from_str(&h).ok()) {
         parts.headers.insert(header::HOST, host);
     }
-    match client.request(Request::from_parts(parts, body)).await {
+    if parts.headers.contains_key(UPGRADE_HEADER) {
+        upgrade::set_upgrade_headers(&mut parts.headers);
+        return Ok(relay_websocket(&client, parts, body, &service).await);
+    }
+    match client
+        .request(Request::from_parts(parts, body.boxed_unsync()))
+        .await
+    {
         Ok(resp) => Ok(resp.map(BodyExt::boxed_unsync)),
         Err(e) => {
             tracing::error!(%service, error = %e, "Unable to reach the origin service");
@@ -314,6 +325,48 @@ async fn relay(
             ))
         }
     }
+}
+
+/// A WebSocket the edge marked ([`UPGRADE_HEADER`]): the HTTP/1.1 upgrade request to the origin;
+/// when it switches protocols, `200` with the marker and the origin's bytes as the body, and the
+/// edge's body (the visitor's bytes) written to the origin. Any other answer goes back as is.
+async fn relay_websocket(
+    client: &OriginClient,
+    parts: hyper::http::request::Parts,
+    from_edge: Incoming,
+    service: &str,
+) -> Response<RelayBody> {
+    let empty = Empty::new()
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync();
+    let mut resp = match client.request(Request::from_parts(parts, empty)).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::error!(%service, error = %e, "Unable to reach the origin service");
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("Unable to reach the origin service {service}\n"),
+            );
+        }
+    };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return resp.map(BodyExt::boxed_unsync);
+    }
+    let origin = hyper::upgrade::on(&mut resp);
+    let (mut parts, _) = resp.into_parts();
+    parts.status = StatusCode::OK;
+    upgrade::strip_upgrade_headers(&mut parts.headers);
+    parts
+        .headers
+        .insert(UPGRADE_HEADER, HeaderValue::from_static("websocket"));
+    let (to_edge, body) = upgrade::channel();
+    tokio::spawn(async move {
+        match origin.await {
+            Ok(io) => upgrade::splice(io, to_edge, from_edge),
+            Err(e) => tracing::warn!(error = %e, "the origin's WebSocket was not handed over"),
+        }
+    });
+    Response::from_parts(parts, body)
 }
 
 async fn serve_metrics(listener: TcpListener, status: Arc<Status>) {

@@ -19,8 +19,9 @@
 //!
 //! With [`Options::edge`] and [`Options::connectors`] it also plays the part of Cloudflare a
 //! visitor's request meets ([`edge`]): an edge listener routing by the tunnels' ingress documents
-//! over connectors registered on the connector port ([`wire`]). The `cloudflared-standin`
-//! binary ([`connector`]) is the connector: what the harness runs for the `cloudflared` image.
+//! over connectors registered on the connector port ([`wire`]), WebSockets included
+//! ([`upgrade`]). The `cloudflared-standin` binary ([`connector`]) is the connector: what the
+//! harness runs for the `cloudflared` image.
 //!
 //! Test controls live on [`CloudflareDouble`] (in-process) and, in the binary with `--admin`,
 //! under [`ADMIN_PREFIX`] over HTTP: create accounts, tunnels and API tokens; inject faults
@@ -47,6 +48,7 @@ pub mod edge;
 mod seed;
 mod server;
 mod state;
+pub mod upgrade;
 pub mod validate;
 pub mod wire;
 

@@ -43,7 +43,8 @@ impl hyper::body::Body for ChannelBody {
 }
 
 /// The origin behind the connector. `/echo` streams the request body back as it arrives and
-/// reports what it saw in `x-seen-*` headers; `/slow` answers once released.
+/// reports what it saw in `x-seen-*` headers; `/slow` answers once released; `/ws` switches to
+/// an echo of raw bytes when asked for a WebSocket (and answers 403 with `x-refuse`).
 struct Backend {
     addr: SocketAddr,
     slow_arrived: tokio::sync::Mutex<mpsc::UnboundedReceiver<()>>,
@@ -80,6 +81,7 @@ impl Backend {
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -115,7 +117,11 @@ async fn origin(
         .header("x-seen-custom", seen("x-custom"))
         .header("x-seen-service", seen("cf-double-service"))
         .header("x-seen-connecting-ip", seen("cf-connecting-ip"))
+        .header("x-seen-marker", seen("cf-double-upgrade"))
         .header("x-origin", name);
+    if req.uri().path() == "/ws" {
+        return websocket_origin(req, builder);
+    }
     if req.uri().path() == "/slow" {
         let _ = arrived.send(());
         release.notified().await;
@@ -129,6 +135,33 @@ async fn origin(
             .unwrap();
     }
     builder.body(req.into_body().boxed_unsync()).unwrap()
+}
+
+/// `/ws`: 101 and an echo of whatever bytes come, when the request asks for a WebSocket.
+fn websocket_origin(
+    mut req: Request<Incoming>,
+    builder: hyper::http::response::Builder,
+) -> Response<UnsyncBoxBody<Bytes, hyper::Error>> {
+    let empty = || Empty::new().map_err(|n| match n {}).boxed_unsync();
+    let asked = req.headers().get("upgrade").map(|v| v.as_bytes()) == Some(b"websocket")
+        && req.headers().get("connection").map(|v| v.as_bytes()) == Some(b"upgrade");
+    if !asked || req.headers().contains_key("x-refuse") {
+        return builder.status(403).body(empty()).unwrap();
+    }
+    let key = req.headers()["sec-websocket-key"].clone();
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let io = TokioIo::new(on_upgrade.await.unwrap());
+        let (mut r, mut w) = tokio::io::split(io);
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    });
+    builder
+        .status(101)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", key)
+        .body(empty())
+        .unwrap()
 }
 
 async fn double() -> CloudflareDouble {
@@ -828,4 +861,81 @@ async fn unclaimed_hosts_go_to_the_dns_fallback_tunnel_whose_catch_all_decides()
     double.route_unclaimed_hosts_to(None);
     let r = get(edge, "other.test", "/").await;
     assert!(r.body.contains("would not resolve"), "{}", r.body);
+}
+
+/// Sends a raw HTTP/1.1 request head to the edge and reads the answer's head.
+async fn raw_head(stream: &mut tokio::net::TcpStream, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut byte))
+            .await
+            .expect("the edge answers in time")
+            .unwrap();
+        assert_eq!(
+            n,
+            1,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.push(byte[0]);
+    }
+    String::from_utf8(got).unwrap().to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn websockets_cross_the_tunnel_both_ways_and_a_refused_upgrade_reaches_the_visitor() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = Backend::start().await;
+    let double = double().await;
+    let t = tunnel(&double, simple_ingress(&backend));
+    let standin = Standin::spawn(double.connector_addr().unwrap(), &t.token, "5s");
+    standin.wait_ready(StatusCode::OK).await;
+    wait_live(&double, &t.tunnel_id, 1).await;
+    let edge = double.edge_addr().unwrap();
+    let upgrade = |extra: &str| {
+        format!(
+            "GET /ws HTTP/1.1\r\nhost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+        )
+    };
+
+    let mut ws = tokio::net::TcpStream::connect(edge).await.unwrap();
+    let head = raw_head(&mut ws, &upgrade("")).await;
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: upgrade\r\n"), "{head}");
+    assert!(
+        head.contains("\r\nsec-websocket-accept: dghlihnhbxbszsbub25jzq==\r\n"),
+        "the origin's handshake answer reaches the visitor: {head}"
+    );
+    assert!(head.contains("\r\nx-seen-marker: <absent>\r\n"), "{head}");
+    assert!(!head.contains("cf-double-upgrade"), "{head}");
+    // Bytes go both ways, more than once, after the handshake.
+    for message in ["first frame", "second, longer frame"] {
+        ws.write_all(message.as_bytes()).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        tokio::time::timeout(WAIT, ws.read_exact(&mut back))
+            .await
+            .expect("the echo comes back in time")
+            .unwrap();
+        assert_eq!(back, message.as_bytes());
+    }
+    ws.shutdown().await.unwrap();
+
+    let mut refused = tokio::net::TcpStream::connect(edge).await.unwrap();
+    let head = raw_head(&mut refused, &upgrade("x-refuse: 1\r\n")).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+
+    // A visitor cannot mark a plain request as a WebSocket.
+    let mut plain = tokio::net::TcpStream::connect(edge).await.unwrap();
+    let head = raw_head(
+        &mut plain,
+        &format!("GET /ws HTTP/1.1\r\nhost: {HOST}\r\ncf-double-upgrade: websocket\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(head.contains("\r\nx-seen-marker: <absent>\r\n"), "{head}");
 }

@@ -60,7 +60,8 @@ struct Cli {
     /// The suite's output and the run's kubeconfig and hosts file go here.
     #[arg(long, default_value = ".state/conformance")]
     state_dir: PathBuf,
-    /// Run only this test (the suite's `-run-test`); the expected results are not checked.
+    /// Run only this test (the suite's `-run-test`), or these tests (comma-separated: the Go
+    /// test filter on the suite's subtests); the expected results are not checked.
     #[arg(long)]
     run_test: Option<String>,
     /// Rewrite the expected-results file with the tests that passed.
@@ -225,7 +226,7 @@ spec:
     }
     if let Some(test) = &cli.run_test {
         // With a single test the suite infers nothing: the class's features are passed.
-        args.push(format!("-run-test={test}"));
+        args.push(run_filter(test));
         args.push(format!(
             "-supported-features={}",
             features.split_whitespace().collect::<Vec<_>>().join(",")
@@ -277,6 +278,16 @@ spec:
             println!("  REGRESSION {name}: {outcome:?}");
         }
         Ok(false)
+    }
+}
+
+/// The suite's argument that selects `tests`: `-run-test` for one, a filter on the subtests of
+/// `TestConformance` (which replaces the one above) for several.
+fn run_filter(tests: &str) -> String {
+    let names: Vec<&str> = tests.split(',').map(str::trim).collect();
+    match names.as_slice() {
+        [one] => format!("-run-test={one}"),
+        many => format!("-test.run=^TestConformance$/^({})$", many.join("|")),
     }
 }
 
@@ -340,4 +351,18 @@ async fn run_suite(
         bail!("the suite was killed ({status})");
     }
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_filter;
+
+    #[test]
+    fn one_test_is_the_suites_run_test_several_a_subtest_filter() {
+        assert_eq!(run_filter("HTTPRouteCORS"), "-run-test=HTTPRouteCORS");
+        assert_eq!(
+            run_filter("HTTPRouteCORS, GatewayWithAttachedRoutes"),
+            "-test.run=^TestConformance$/^(HTTPRouteCORS|GatewayWithAttachedRoutes)$"
+        );
+    }
 }

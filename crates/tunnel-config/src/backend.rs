@@ -6,11 +6,17 @@
 use std::sync::Arc;
 
 use http::uri::Authority;
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{
+    WebPkiServerVerifier, verify_server_cert_signed_by_trust_anchor, verify_server_name,
+};
+use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::server::ParsedCertificate;
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::config::{BackendProtocol, BackendTls};
 
@@ -87,6 +93,8 @@ pub enum TlsConfigError {
     ServerName(String),
     #[error("subjectAltNames[{0}]: not a valid DNS name")]
     SubjectAltName(usize),
+    #[error("subjectAltUris[{0}]: not a URI (scheme:rest)")]
+    SubjectAltUri(usize),
     #[error("clientCertPem: {0}")]
     ClientCert(String),
     #[error("clientKeyPem: {0}")]
@@ -95,8 +103,6 @@ pub enum TlsConfigError {
     Rustls(#[from] rustls::Error),
 }
 
-/// Builds the rustls client config of a backend: its CA bundle only (no system roots), SNI
-/// `serverName`, SAN verification, optional client certificate, ALPN of the protocol.
 /// The rustls client config of a backend, and the name it sends as SNI: its CA bundle only
 /// (no system roots), SNI `serverName`, SAN verification, optional client certificate, ALPN
 /// of the protocol.
@@ -127,19 +133,29 @@ pub fn client_config(
             ServerName::try_from(s.clone()).map_err(|_| TlsConfigError::SubjectAltName(i))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+    for (i, uri) in tls.subject_alt_uris.iter().enumerate() {
+        if !is_uri(uri) {
+            return Err(TlsConfigError::SubjectAltUri(i));
+        }
+    }
+    let roots = Arc::new(roots);
+    let algorithms = provider.signature_verification_algorithms;
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
         .build()
         .map_err(|e| TlsConfigError::CaBundle(e.to_string()))?;
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?;
-    let builder = if sans.is_empty() {
+    let builder = if sans.is_empty() && tls.subject_alt_uris.is_empty() {
         builder.with_webpki_verifier(webpki)
     } else {
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(SanVerifier {
                 inner: webpki,
-                sans,
+                roots,
+                algorithms,
+                names: sans,
+                uris: tls.subject_alt_uris.clone(),
             }))
     };
     let mut config = match (&tls.client_cert_pem, &tls.client_key_pem) {
@@ -177,12 +193,29 @@ pub fn client_config(
     Ok((config, server_name))
 }
 
-/// BackendTLSPolicy `subjectAltNames`: the chain must verify against the CA bundle and the
-/// certificate must be valid for at least one of the names (SNI stays `serverName`).
+/// `scheme:rest` with an RFC 3986 scheme.
+fn is_uri(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && !rest.is_empty()
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// BackendTLSPolicy `subjectAltNames`: the chain must verify against the CA bundle, and the
+/// certificate must be valid for at least one of the DNS names or carry one of the URIs as a
+/// URI subject alternative name (SNI stays `serverName`).
 #[derive(Debug)]
 struct SanVerifier {
+    /// For the handshake signatures.
     inner: Arc<WebPkiServerVerifier>,
-    sans: Vec<ServerName<'static>>,
+    roots: Arc<RootCertStore>,
+    algorithms: WebPkiSupportedAlgorithms,
+    names: Vec<ServerName<'static>>,
+    uris: Vec<String>,
 }
 
 impl ServerCertVerifier for SanVerifier {
@@ -191,20 +224,30 @@ impl ServerCertVerifier for SanVerifier {
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
+        _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let mut last = rustls::Error::General("no subjectAltNames".into());
-        for san in &self.sans {
-            match self
-                .inner
-                .verify_server_cert(end_entity, intermediates, san, ocsp_response, now)
-            {
-                Ok(ok) => return Ok(ok),
-                Err(e) => last = e,
-            }
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.algorithms.all,
+        )?;
+        let named = self
+            .names
+            .iter()
+            .any(|n| verify_server_name(&cert, n).is_ok());
+        if named
+            || (!self.uris.is_empty() && uri_sans(end_entity).iter().any(|u| self.uris.contains(u)))
+        {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName,
+            ))
         }
-        Err(last)
     }
 
     fn verify_tls12_signature(
@@ -230,9 +273,49 @@ impl ServerCertVerifier for SanVerifier {
     }
 }
 
+/// The URI subject alternative names of a certificate (none when it does not parse).
+fn uri_sans(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, cert)) = X509Certificate::from_der(cert.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subject_alt_uris_must_be_uris() {
+        for ok in [
+            "spiffe://cluster.local/ns/shop/sa/web",
+            "urn:example:web",
+            "a+b.c-d:x",
+        ] {
+            assert!(is_uri(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "web",
+            "spiffe:",
+            "1x://a",
+            "://a",
+            "spiffe://a b",
+            "x:\n",
+        ] {
+            assert!(!is_uri(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn endpoints_must_be_host_and_port() {

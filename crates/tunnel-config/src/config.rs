@@ -321,11 +321,15 @@ pub enum BackendProtocol {
 pub struct BackendTls {
     /// PEM, one or more CA certificates. Required: system roots are not used.
     pub ca_bundle_pem: String,
-    /// SNI, and the name verified when `subjectAltNames` is empty.
+    /// SNI, and the name verified when `subjectAltNames` and `subjectAltUris` are empty.
     pub server_name: String,
-    /// DNS names; when non-empty the backend certificate must be valid for one of them.
+    /// DNS names; when this or `subjectAltUris` is non-empty the backend certificate must be
+    /// valid for one of these names or carry one of those URIs.
     #[serde(default)]
     pub subject_alt_names: Vec<String>,
+    /// URI subject alternative names (e.g. SPIFFE IDs), compared exactly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_uris: Vec<String>,
     #[serde(default)]
     pub client_cert_pem: Option<String>,
     #[serde(default)]

@@ -7,20 +7,27 @@
 //! Cloudflare's edge (docs/conformance/README.md): `HTTPRouteBackendProtocolH2C` (the test's
 //! client speaks cleartext HTTP/2 to the Gateway's address), `GRPCRouteNamedRouteRule` (gRPC
 //! over cleartext HTTP/2, likewise) and `HTTPRouteParentRefPort` (the edge serves fixed ports and
-//! the tunnel does not carry the one a visitor used).
+//! the tunnel does not carry the one a visitor used). `GatewayInfrastructurePropagation` is also
+//! left out: dedicated planes carry `spec.infrastructure` labels and annotations
+//! ([`crate::dedicated`]), but a Gateway of the shared plane (as the suite's is) has no
+//! resources of its own to carry them.
 
 /// Sorted, unique.
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "Gateway",
+    "GatewayBackendClientCertificate",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
     "HTTPRouteCORS",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",

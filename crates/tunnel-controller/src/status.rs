@@ -423,9 +423,9 @@ fn route_write(
         }
         let mut verdicts = p.verdicts.clone();
         let gw = model.gateways.get(&p.gateway);
-        let attached = p.hostnames.is_some();
+        let served = p.hostnames.is_some();
         let mut sync_failed = false;
-        if attached
+        if served
             && let Some(tunnel) = gw.and_then(|g| g.tunnel.as_ref())
             && let Some(err) = effects.tunnel_errors.get(tunnel)
         {
@@ -436,7 +436,7 @@ fn route_write(
                 format!("the Cloudflare sync of tunnel {tunnel} failed: {err}; retrying"),
             );
         }
-        if attached && let Some(hosts) = effects.overflow.get(&r.id) {
+        if served && let Some(hosts) = effects.overflow.get(&r.id) {
             verdicts.push(Verdict::new(
                 INGRESS_RULE_LIMIT,
                 true,
@@ -447,7 +447,7 @@ fn route_write(
                 ),
             ));
         }
-        if attached
+        if served
             && let Some(partition) = gw.and_then(|g| g.partition.as_ref())
             && let Some(err) = effects.push_failing.get(partition)
         {
@@ -459,7 +459,7 @@ fn route_write(
                 ),
             ));
         }
-        if attached {
+        if p.attached {
             verdicts.push(published(r, p, gw, effects));
         }
         let before: Vec<Condition> = r
@@ -517,13 +517,21 @@ fn route_write(
 /// Whether an attached route parent is live: the Gateway's partition has loaded this round's
 /// document (which holds the route) and its tunnel's ingress document lists every hostname the
 /// route serves through it. Both come from this round's I/O, so it is never True before both
-/// are done; every round that leaves one undone is retried, so it turns True once they are.
+/// are done; every round that leaves one undone is retried, so it turns True once they are. A
+/// parent attached only through listeners that are not served is never live.
 fn published(
     r: &RouteOutcome,
     p: &crate::model::ParentOutcome,
     gw: Option<&crate::model::GatewayOutcome>,
     effects: &Effects,
 ) -> Verdict {
+    if p.hostnames.is_none() {
+        return Verdict::fail(
+            PUBLISHED,
+            "ListenerNotProgrammed",
+            "nothing is served: the listeners the route attached through are not programmed (see the Gateway's listener conditions)",
+        );
+    }
     let partition = gw.and_then(|g| g.partition.as_ref());
     let tunnel = gw.and_then(|g| g.tunnel.as_ref());
     let overflow = effects.overflow.get(&r.id);

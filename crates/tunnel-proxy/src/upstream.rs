@@ -553,9 +553,13 @@ fn tls_fingerprint(tls: &BackendTls) -> [u8; 32] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
-    for san in &tls.subject_alt_names {
-        h.update((san.len() as u64).to_be_bytes());
-        h.update(san.as_bytes());
+    // each list count-prefixed, so a name cannot pass for a URI
+    for list in [&tls.subject_alt_names, &tls.subject_alt_uris] {
+        h.update((list.len() as u64).to_be_bytes());
+        for san in list {
+            h.update((san.len() as u64).to_be_bytes());
+            h.update(san.as_bytes());
+        }
     }
     h.finalize().into()
 }

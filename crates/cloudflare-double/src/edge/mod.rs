@@ -38,6 +38,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::state::{Shared, World, lock};
+use crate::upgrade;
 use crate::wire::{self, Register, Registered, SERVICE_HEADER};
 use matcher::{Ingress, normalize_host, select_tunnel};
 
@@ -45,7 +46,8 @@ use matcher::{Ingress, normalize_host, select_tunnel};
 /// observable of the double; Cloudflare sends nothing like it).
 pub const CONNECTION_HEADER: &str = "cf-double-connection";
 
-/// Body of the edge's answers: a connector's streamed response or the edge's own page.
+/// Body of the edge's answers (a connector's streamed response or the edge's own page) and of
+/// the requests it relays (a visitor's streamed body, or a WebSocket's bytes).
 type EdgeBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
 /// How long a dialer has to send its registration line.
@@ -53,7 +55,7 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Conn {
     id: u64,
-    sender: client_h2::SendRequest<Incoming>,
+    sender: client_h2::SendRequest<EdgeBody>,
 }
 
 #[derive(Default)]
@@ -145,7 +147,7 @@ impl Edge {
     }
 
     /// The tunnel's live connections, starting at the round-robin position.
-    fn pick(&self, tunnel_id: &str) -> Vec<(u64, client_h2::SendRequest<Incoming>)> {
+    fn pick(&self, tunnel_id: &str) -> Vec<(u64, client_h2::SendRequest<EdgeBody>)> {
         let mut tunnels = guard(&self.tunnels);
         let Some(t) = tunnels.get_mut(tunnel_id) else {
             return Vec::new();
@@ -290,7 +292,9 @@ pub(crate) fn spawn_edge(listener: TcpListener, edge: Arc<Edge>) {
                 let mut stop = edge.shutdown.clone();
                 let svc_edge = edge.clone();
                 let svc = service_fn(move |req| serve(svc_edge.clone(), peer, req));
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                let conn = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .with_upgrades();
                 tokio::select! {
                     r = conn => if let Err(e) = r {
                         tracing::debug!(error = %e, %peer, "edge connection ended");
@@ -386,7 +390,7 @@ fn html_escape(s: &str) -> String {
 async fn serve(
     edge: Arc<Edge>,
     peer: SocketAddr,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<EdgeBody>, Infallible> {
     let ray = ray_id();
     let raw_host = req
@@ -438,6 +442,8 @@ async fn serve(
         ));
     }
 
+    let visitor_upgrade =
+        upgrade::is_websocket_request(req.headers()).then(|| hyper::upgrade::on(&mut req));
     let mut req = match to_connector_request(req, &raw_host, &service, peer, &ray) {
         Ok(r) => r,
         Err(reason) => {
@@ -449,10 +455,30 @@ async fn serve(
             ));
         }
     };
+    // A WebSocket's bytes from the visitor go to the connector in the request's body.
+    let mut to_connector = None;
+    if visitor_upgrade.is_some() {
+        let (tx, body) = upgrade::channel();
+        upgrade::strip_upgrade_headers(req.headers_mut());
+        req.headers_mut().insert(
+            upgrade::UPGRADE_HEADER,
+            HeaderValue::from_static("websocket"),
+        );
+        *req.body_mut() = body;
+        to_connector = Some(tx);
+    }
     for (id, mut sender) in conns {
         match sender.try_send_request(req).await {
             Ok(resp) => {
+                let switched = resp.status() == StatusCode::OK
+                    && resp.headers().contains_key(upgrade::UPGRADE_HEADER);
+                if let (true, Some(on_upgrade), Some(tx)) =
+                    (switched, visitor_upgrade, to_connector)
+                {
+                    return Ok(switch_protocols(resp, on_upgrade, tx, &ray, id));
+                }
                 let mut resp = resp.map(BodyExt::boxed_unsync);
+                resp.headers_mut().remove(upgrade::UPGRADE_HEADER);
                 stamp(resp.headers_mut(), &ray);
                 resp.headers_mut()
                     .insert(CONNECTION_HEADER, HeaderValue::from(id));
@@ -479,6 +505,37 @@ async fn serve(
     Ok(error_1033(&host, &ray))
 }
 
+/// The visitor's `101 Switching Protocols` once the origin switched (the connector's `200` with
+/// [`upgrade::UPGRADE_HEADER`]): its headers, and the two streams spliced once the visitor's
+/// connection is handed over.
+fn switch_protocols(
+    resp: Response<Incoming>,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    to_connector: tokio::sync::mpsc::Sender<Bytes>,
+    ray: &str,
+    connection: u64,
+) -> Response<EdgeBody> {
+    let (mut parts, from_connector) = resp.into_parts();
+    parts.status = StatusCode::SWITCHING_PROTOCOLS;
+    upgrade::set_upgrade_headers(&mut parts.headers);
+    stamp(&mut parts.headers, ray);
+    parts
+        .headers
+        .insert(CONNECTION_HEADER, HeaderValue::from(connection));
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(visitor) => upgrade::splice(visitor, to_connector, from_connector),
+            Err(e) => tracing::debug!(error = %e, "the visitor's connection was not handed over"),
+        }
+    });
+    Response::from_parts(
+        parts,
+        http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    )
+}
+
 /// The request as the connector receives it: absolute URI on the visitor's host, the rule's
 /// service in [`SERVICE_HEADER`] (a visitor's own value is dropped), and the headers
 /// Cloudflare adds for the origin.
@@ -488,7 +545,7 @@ fn to_connector_request(
     service: &str,
     peer: SocketAddr,
     ray: &str,
-) -> Result<Request<Incoming>, String> {
+) -> Result<Request<EdgeBody>, String> {
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("http://{raw_host}{path}")
@@ -515,7 +572,8 @@ fn to_connector_request(
         HeaderValue::from_static(r#"{"scheme":"http"}"#),
     );
     h.insert("cf-ray", value(ray)?);
-    Ok(Request::from_parts(parts, body))
+    h.remove(upgrade::UPGRADE_HEADER);
+    Ok(Request::from_parts(parts, body.boxed_unsync()))
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ pub(super) fn partitions(model: &mut Model) {
         };
         let plan = model.partitions.entry(partition.clone()).or_default();
         for (l, out) in gw.gateway.spec.listeners.iter().zip(&gw.listeners) {
-            if out.usable {
+            if out.served {
                 plan.doc.listeners.push(config::Listener {
                     name: format!("{}/{}", ObjKey::of(gw.gateway.as_ref()), l.name),
                     hostname: l.hostname.clone(),
@@ -316,8 +316,12 @@ fn route_outcome(
         } else {
             continue;
         };
-        let (accepted, attached) = attach(route, gw, &status_ref, namespaces);
-        let (hostnames, port) = match attached {
+        let (accepted, attachment) = attach(route, gw, &status_ref, namespaces);
+        let (listeners, served_through) = match attachment {
+            Some(a) => (Some(a.listeners), a.served),
+            None => (None, None),
+        };
+        let (hostnames, port) = match served_through {
             Some((hosts, port)) => (Some(hosts), port),
             None => (None, i32::MAX),
         };
@@ -326,6 +330,8 @@ fn route_outcome(
             gateway: gw_key.clone(),
             listener_set,
             verdicts: vec![accepted],
+            attached: listeners.is_some(),
+            listeners: listeners.unwrap_or_default(),
             hostnames: hostnames.clone(),
         });
         if let (Some(hosts), Some(partition)) = (hostnames, gw.partition.clone()) {
@@ -346,7 +352,7 @@ fn route_outcome(
 
     // Rule contents: translated once per partition (the backend client certificate is the first
     // attached Gateway's there).
-    let mut content: Option<(Verdict, Option<Verdict>, Option<Verdict>)> = None;
+    let mut content: Option<RuleVerdicts> = None;
     let mut services: BTreeSet<(String, String)> = BTreeSet::new();
     for (partition, (hosts, gw_key, port)) in &served {
         let cert = model
@@ -357,59 +363,37 @@ fn route_outcome(
             .clone()
             .map(|s| s.into_iter().collect())
             .unwrap_or_default();
-        let name = route.id.key.to_string();
-        let (entry, verdicts) = if let Some(r) = &route.http {
-            let mut t = translate::http_route(r, idx, cert.as_ref());
-            set_listener_port(&mut t.rules, *port);
-            services.extend(t.services.iter().cloned());
-            let v = (t.resolved_refs, t.accepted, t.partially_invalid);
-            (
-                config::Route::Http(config::HttpRoute {
-                    name,
-                    hostnames,
-                    rules: t.rules,
-                }),
-                v,
-            )
-        } else if let Some(r) = &route.grpc {
-            let t = translate::grpc_route(r, idx, cert.as_ref());
-            services.extend(t.services.iter().cloned());
-            let v = (t.resolved_refs, t.accepted, t.partially_invalid);
-            (
-                config::Route::Grpc(config::GrpcRoute {
-                    name,
-                    hostnames,
-                    rules: t.rules,
-                }),
-                v,
-            )
-        } else {
+        let Some(t) = translate_route(route, hostnames, *port, cert.as_ref(), idx) else {
             continue;
         };
+        services.extend(t.services);
         let plan = model.partitions.entry(partition.clone()).or_default();
-        if verdicts.1.is_none() {
-            plan.doc.routes.push(entry);
+        if t.verdicts.refused.is_none() {
+            plan.doc.routes.push(t.entry);
         }
-        content.get_or_insert(verdicts);
+        content.get_or_insert(t.verdicts);
+    }
+    if content.is_none() {
+        content = unserved_rule_verdicts(route, &parents, model, idx);
     }
 
     // Verdicts about the rules apply to every attached parent.
     for p in &mut parents {
-        let attached = p.hostnames.is_some();
         match &content {
-            Some((resolved, refused, partial)) if attached => {
-                if let Some(refused) = refused {
+            Some(v) if p.attached => {
+                if let Some(refused) = &v.refused {
                     p.verdicts[0] = refused.clone();
+                    p.attached = false;
                     p.hostnames = None;
                 }
-                p.verdicts.push(resolved.clone());
-                p.verdicts.extend(partial.clone());
+                p.verdicts.push(v.resolved.clone());
+                p.verdicts.extend(v.partial.clone());
             }
             _ => p
                 .verdicts
                 .push(Verdict::ok("ResolvedRefs", "all references resolve")),
         }
-        if p.hostnames.is_some()
+        if p.attached
             && let Some(sharing) = model
                 .gateways
                 .get(&p.gateway)
@@ -421,10 +405,10 @@ fn route_outcome(
             Some(ls) => model.listener_sets.get_mut(ls).map(|ls| &mut ls.view),
             None => model.gateways.get_mut(&p.gateway),
         };
-        if p.hostnames.is_some()
+        if p.attached
             && let Some(gw) = counted
         {
-            count_attachment(gw, route, p, namespaces);
+            count_attachment(gw, p);
         }
     }
     for p in parents.iter().filter(|p| p.hostnames.is_some()) {
@@ -441,6 +425,85 @@ fn route_outcome(
         current_parents: route.current_parents.clone(),
         parents,
     });
+}
+
+/// What a route's rules say about it on every parent it attached to.
+struct RuleVerdicts {
+    /// `ResolvedRefs`.
+    resolved: Verdict,
+    /// `Accepted=False` when no rule can be served.
+    refused: Option<Verdict>,
+    /// `PartiallyInvalid`, when some rules are dropped.
+    partial: Option<Verdict>,
+}
+
+/// A route translated for one partition: its table entry, the verdicts about its rules and the
+/// Services it reaches.
+struct Translated {
+    entry: config::Route,
+    verdicts: RuleVerdicts,
+    services: Vec<(String, String)>,
+}
+
+fn translate_route(
+    route: &RouteView,
+    hostnames: Vec<String>,
+    port: i32,
+    cert: Option<&translate::ClientCert>,
+    idx: &BackendIndex,
+) -> Option<Translated> {
+    let name = route.id.key.to_string();
+    if let Some(r) = &route.http {
+        let mut t = translate::http_route(r, idx, cert);
+        set_listener_port(&mut t.rules, port);
+        Some(Translated {
+            entry: config::Route::Http(config::HttpRoute {
+                name,
+                hostnames,
+                rules: t.rules,
+            }),
+            verdicts: RuleVerdicts {
+                resolved: t.resolved_refs,
+                refused: t.accepted,
+                partial: t.partially_invalid,
+            },
+            services: t.services.into_iter().collect(),
+        })
+    } else if let Some(r) = &route.grpc {
+        let t = translate::grpc_route(r, idx, cert);
+        Some(Translated {
+            entry: config::Route::Grpc(config::GrpcRoute {
+                name,
+                hostnames,
+                rules: t.rules,
+            }),
+            verdicts: RuleVerdicts {
+                resolved: t.resolved_refs,
+                refused: t.accepted,
+                partial: t.partially_invalid,
+            },
+            services: t.services.into_iter().collect(),
+        })
+    } else {
+        None
+    }
+}
+
+/// The verdicts about the rules of a route attached only where nothing is served (listeners
+/// whose certificates do not resolve): its status still reports its own references. Nothing of
+/// the translation reaches a route table.
+fn unserved_rule_verdicts(
+    route: &RouteView,
+    parents: &[ParentOutcome],
+    model: &Model,
+    idx: &BackendIndex,
+) -> Option<RuleVerdicts> {
+    let first = parents.iter().find(|p| p.attached)?;
+    let cert = model
+        .gateways
+        .get(&first.gateway)
+        .and_then(|g| g.client_cert.clone());
+    translate_route(route, Vec::new(), i32::MAX, cert.as_ref(), idx).map(|t| t.verdicts)
 }
 
 /// Every RequestRedirect of `rules` gets the listener port: with neither scheme nor port, the
@@ -460,14 +523,23 @@ fn set_listener_port(rules: &mut [config::HttpRule], port: i32) {
     }
 }
 
-/// Whether a route attaches to a Gateway through a parentRef, and with which hostnames and the
-/// lowest port of the listeners it attached to.
+/// How a route attaches to a Gateway through one parentRef.
+struct Attachment {
+    /// The indices of the listeners it attached through (each counts it in attachedRoutes).
+    listeners: Vec<usize>,
+    /// The hostnames it serves through the served ones among them (empty: any host) and their
+    /// lowest port; `None` when none of them is served.
+    served: Option<(Vec<String>, i32)>,
+}
+
+/// Whether a route attaches to a Gateway through a parentRef, through which listeners, and
+/// what it serves there.
 fn attach(
     route: &RouteView,
     gw: &GatewayOutcome,
     pref: &ParentRef,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
-) -> (Verdict, Option<(Vec<String>, i32)>) {
+) -> (Verdict, Option<Attachment>) {
     let (section, port) = (pref.section_name.as_deref(), pref.port);
     if let Some(v) = &gw.route_refusal {
         return (v.clone(), None);
@@ -486,14 +558,16 @@ fn attach(
             None,
         );
     }
-    let candidates: Vec<(&GatewayListeners, &ListenerOutcome)> = gw
+    let candidates: Vec<(usize, &GatewayListeners, &ListenerOutcome)> = gw
         .gateway
         .spec
         .listeners
         .iter()
         .zip(&gw.listeners)
-        .filter(|(l, _)| section.is_none_or(|s| s == l.name))
-        .filter(|(l, _)| port.is_none_or(|p| p == l.port))
+        .enumerate()
+        .map(|(i, (l, out))| (i, l, out))
+        .filter(|(_, l, _)| section.is_none_or(|s| s == l.name))
+        .filter(|(_, l, _)| port.is_none_or(|p| p == l.port))
         .collect();
     if candidates.is_empty() {
         return (
@@ -510,14 +584,13 @@ fn attach(
             None,
         );
     }
-    let allowed: Vec<&GatewayListeners> = candidates
-        .iter()
-        .filter(|(l, out)| {
-            out.usable
+    let allowed: Vec<(usize, &GatewayListeners, &ListenerOutcome)> = candidates
+        .into_iter()
+        .filter(|(_, l, out)| {
+            out.attachable
                 && out.supported_kinds.contains(&route.id.kind.as_str())
                 && namespace_allowed(l, &gw.gateway, &route.id.key.namespace, namespaces)
         })
-        .map(|(l, _)| *l)
         .collect();
     if allowed.is_empty() {
         return (
@@ -534,19 +607,19 @@ fn attach(
             None,
         );
     }
-    let mut any = false;
-    let mut hosts = BTreeSet::new();
-    let mut port = i32::MAX;
-    for l in &allowed {
+    let mut attached = Hosts::default();
+    let mut served = Hosts::default();
+    let mut listeners = Vec::new();
+    for (i, l, out) in &allowed {
         if let Some(h) = hostnames::intersect(l.hostname.as_deref(), &route.hostnames) {
-            if h.is_empty() {
-                any = true;
+            listeners.push(*i);
+            attached.add(&h, l.port);
+            if out.served {
+                served.add(&h, l.port);
             }
-            hosts.extend(h);
-            port = port.min(l.port);
         }
     }
-    if !any && hosts.is_empty() {
+    if listeners.is_empty() {
         return (
             Verdict::fail(
                 "Accepted",
@@ -560,13 +633,10 @@ fn attach(
             None,
         );
     }
-    let served: Vec<String> = if any {
-        Vec::new()
-    } else {
-        hosts.into_iter().collect()
-    };
+    // Ownership judges every hostname the route claims here, served yet or not: fixing a
+    // listener's certificate must not change whether the route is accepted.
     if let Some(delegations) = &gw.ownership
-        && let Err(refusal) = delegations.check_all(&route.id.key.namespace, &served)
+        && let Err(refusal) = delegations.check_all(&route.id.key.namespace, &attached.list())
     {
         return (
             Verdict::fail(
@@ -582,13 +652,43 @@ fn attach(
     }
     (
         Verdict::ok("Accepted", "the route is accepted"),
-        Some((served, port)),
+        Some(Attachment {
+            listeners,
+            served: served.port.map(|p| (served.list(), p)),
+        }),
     )
 }
 
 /// `Gateway ns/name` or `ListenerSet ns/name`.
 fn parent_name(gw: &GatewayOutcome) -> String {
     format!("{} {}", gw.kind, ObjKey::of(gw.gateway.as_ref()))
+}
+
+/// The hostnames a route gets through some listeners, and their lowest port (`None`: no
+/// listener).
+#[derive(Default)]
+struct Hosts {
+    any: bool,
+    names: BTreeSet<String>,
+    port: Option<i32>,
+}
+
+impl Hosts {
+    /// Adds one listener's intersection with the route's hostnames (empty: any host).
+    fn add(&mut self, hosts: &[String], port: i32) {
+        self.any |= hosts.is_empty();
+        self.names.extend(hosts.iter().cloned());
+        self.port = Some(self.port.map_or(port, |p| p.min(port)));
+    }
+
+    /// The hostnames served; empty when any host is.
+    fn list(&self) -> Vec<String> {
+        if self.any {
+            Vec::new()
+        } else {
+            self.names.iter().cloned().collect()
+        }
+    }
 }
 
 fn namespace_allowed(
@@ -633,24 +733,10 @@ fn namespace_allowed(
     }
 }
 
-/// Counts the route on each listener it attached through (one whose allowedRoutes admit it).
-fn count_attachment(
-    gw: &mut GatewayOutcome,
-    route: &RouteView,
-    parent: &ParentOutcome,
-    namespaces: &BTreeMap<String, &Arc<Namespace>>,
-) {
-    let section = parent.parent_ref.section_name.as_deref();
-    let port = parent.parent_ref.port;
-    let gateway = gw.gateway.clone();
-    for (l, out) in gateway.spec.listeners.iter().zip(gw.listeners.iter_mut()) {
-        let matches = out.usable
-            && section.is_none_or(|s| s == l.name)
-            && port.is_none_or(|p| p == l.port)
-            && out.supported_kinds.contains(&route.id.kind.as_str())
-            && namespace_allowed(l, &gateway, &route.id.key.namespace, namespaces)
-            && hostnames::intersect(l.hostname.as_deref(), &route.hostnames).is_some();
-        if matches {
+/// Counts the route on each listener it attached through.
+fn count_attachment(gw: &mut GatewayOutcome, parent: &ParentOutcome) {
+    for &i in &parent.listeners {
+        if let Some(out) = gw.listeners.get_mut(i) {
             out.attached_routes += 1;
         }
     }

@@ -1,6 +1,7 @@
 //! Gateways of this controller's classes and their listeners: which are accepted and
 //! programmed, where their routes go (the shared plane, or a dedicated one as
-//! [`crate::dedicated`] decides), and which listeners routes may attach to.
+//! [`crate::dedicated`] decides), which listeners routes may attach to, and which of those are
+//! served (an HTTPS listener whose certificate does not resolve takes routes but serves none).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -117,7 +118,8 @@ fn gateway_outcome(
     let mut listeners = listener_outcomes(gw, idx);
     permissive_listeners(gw, class, &mut listeners);
     let (client_cert, resolved_refs) = translate::gateway_client_cert(gw, idx);
-    let usable = listeners.iter().filter(|l| l.usable).count();
+    let attachable = listeners.iter().filter(|l| l.attachable).count();
+    let served = listeners.iter().filter(|l| l.served).count();
     let key = ObjKey::of(gw.as_ref());
     let mut out = GatewayOutcome {
         gateway: gw.clone(),
@@ -215,7 +217,7 @@ fn gateway_outcome(
             return out;
         }
     }
-    if usable == 0 {
+    if attachable == 0 {
         refuse(
             &mut out,
             Verdict::fail(
@@ -226,7 +228,16 @@ fn gateway_outcome(
         );
         out.partition = None;
         out.tunnel = None;
-    } else if usable < out.listeners.len() {
+        return out;
+    }
+    if served == 0 {
+        out.programmed = Verdict::fail(
+            "Programmed",
+            "Invalid",
+            "no listener is programmed (see the listener conditions): routes attach, but nothing is served through this Gateway",
+        );
+    }
+    if served < out.listeners.len() {
         out.accepted = Verdict::new(
             "Accepted",
             true,
@@ -358,10 +369,16 @@ fn listener_outcomes(gw: &Gateway, idx: &BackendIndex) -> Vec<ListenerOutcome> {
                 ),
                 None => Verdict::new("Conflicted", false, "NoConflicts", "no conflicts"),
             };
-            let usable =
-                protocol_ok && certificates.is_ok() && conflict.is_none() && !kinds.is_empty();
-            let programmed = if usable {
+            let attachable = protocol_ok && conflict.is_none() && !kinds.is_empty();
+            let served = attachable && certificates.is_ok();
+            let programmed = if served {
                 Verdict::ok("Programmed", "the listener is programmed")
+            } else if attachable {
+                Verdict::fail(
+                    "Programmed",
+                    "Invalid",
+                    "the listener's certificate references do not resolve: routes attach to it, but nothing is served through it",
+                )
             } else {
                 Verdict::fail("Programmed", "Invalid", "the listener is not valid")
             };
@@ -371,7 +388,8 @@ fn listener_outcomes(gw: &Gateway, idx: &BackendIndex) -> Vec<ListenerOutcome> {
                 supported_kinds: kinds,
                 verdicts,
                 attached_routes: 0,
-                usable,
+                attachable,
+                served,
             }
         })
         .collect()

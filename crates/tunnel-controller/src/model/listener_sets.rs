@@ -82,7 +82,7 @@ pub(super) fn partition_listeners(model: &mut Model) {
             .iter()
             .zip(&ls.view.listeners)
         {
-            if out.usable {
+            if out.served {
                 plan.doc.listeners.push(config::Listener {
                     name: format!("listenerset:{key}/{}", l.name),
                     hostname: l.hostname.clone(),
@@ -182,15 +182,18 @@ fn outcome(
         .iter()
         .map(|l| listener(&key, l, parent, claims, idx))
         .collect();
-    let usable = view.listeners.iter().filter(|l| l.usable).count();
-    if usable == 0 {
+    let attachable = view.listeners.iter().filter(|l| l.attachable).count();
+    if attachable == 0 {
         return refuse(
             view,
             "ListenersNotValid",
             "no listener is valid; see the listener conditions".to_owned(),
         );
     }
-    view.accepted = if usable < view.listeners.len() {
+    // As for a Gateway: a listener whose certificates do not resolve takes routes but serves
+    // nothing, and the ListenerSet says so.
+    let served = view.listeners.iter().filter(|l| l.served).count();
+    view.accepted = if served < view.listeners.len() {
         Verdict::new(
             "Accepted",
             true,
@@ -200,7 +203,13 @@ fn outcome(
     } else {
         Verdict::ok("Accepted", "the ListenerSet is accepted")
     };
-    view.programmed = if parent.programmed.status {
+    view.programmed = if served == 0 {
+        Verdict::fail(
+            "Programmed",
+            "Invalid",
+            "no listener is programmed (see the listener conditions): routes attach, but nothing is served through this ListenerSet",
+        )
+    } else if parent.programmed.status {
         Verdict::ok(
             "Programmed",
             format!("its listeners are served with Gateway {parent_key}'s"),
@@ -464,8 +473,11 @@ fn listener(
             },
         );
     }
-    let usable = accepted.status && resolved.status && !kinds.is_empty();
-    let programmed = if usable {
+    // As a Gateway's listener: routes attach to it when it is accepted; it serves them only once
+    // its certificates resolve.
+    let attachable = accepted.status && !kinds.is_empty();
+    let served = attachable && resolved.status;
+    let programmed = if served {
         Verdict::ok("Programmed", "the listener is programmed")
     } else if let Some((reason, _)) = &conflict {
         Verdict::fail(
@@ -483,7 +495,7 @@ fn listener(
         .and_then(|a| a.namespaces.as_ref())
         .and_then(|n| n.from.clone())
         == Some(GatewayListenersAllowedRoutesNamespacesFrom::All);
-    if usable && all_namespaces && host_of(l).is_empty() {
+    if attachable && all_namespaces && host_of(l).is_empty() {
         let guard = if parent.ownership.is_some() {
             "hostname ownership limits each namespace to its delegated hostnames"
         } else {
@@ -501,7 +513,8 @@ fn listener(
         supported_kinds: kinds,
         verdicts,
         attached_routes: 0,
-        usable,
+        attachable,
+        served,
     }
 }
 

@@ -72,8 +72,13 @@ pub struct ListenerOutcome {
     pub supported_kinds: Vec<&'static str>,
     pub verdicts: Vec<Verdict>,
     pub attached_routes: i32,
-    /// Routes may attach (valid, not conflicted).
-    pub(super) usable: bool,
+    /// Routes may attach and are counted in `attached_routes` (accepted, not conflicted, some
+    /// route kind supported).
+    pub(super) attachable: bool,
+    /// Its routes are served: attachable and its references resolve. Routes attached to a
+    /// listener that is not served (an HTTPS listener whose certificate does not resolve) are
+    /// counted, but its hostnames reach neither the data plane nor the ingress document.
+    pub(super) served: bool,
 }
 
 /// A Gateway of one of our classes.
@@ -159,8 +164,12 @@ pub struct ParentOutcome {
     pub listener_set: Option<ObjKey>,
     /// `Accepted` first, then `ResolvedRefs`, then optional extras.
     pub verdicts: Vec<Verdict>,
-    /// Hostnames the route serves through this parent (empty: any host); `None` when not
-    /// attached.
+    /// The route is accepted and counted on the listeners it attached through.
+    pub attached: bool,
+    /// The indices of the listeners it attached through.
+    pub(super) listeners: Vec<usize>,
+    /// Hostnames the route serves through this parent (empty: any host); `None` when nothing
+    /// is served: not attached, or attached only through listeners that are not served.
     pub hostnames: Option<Vec<String>>,
 }
 
@@ -277,6 +286,8 @@ mod tests {
                     gateway: key.clone(),
                     listener_set: None,
                     verdicts: v.clone(),
+                    attached: false,
+                    listeners: Vec::new(),
                     hostnames: None,
                 })
                 .collect(),

@@ -353,6 +353,7 @@ impl BackendIndex {
             ca_bundle_pem: settings.ca_bundle_pem,
             server_name: settings.server_name,
             subject_alt_names: settings.subject_alt_names,
+            subject_alt_uris: settings.subject_alt_uris,
             client_cert_pem: client_cert.map(|c| c.cert_pem.clone()),
             client_key_pem: client_cert.map(|c| c.key_pem.clone()),
         };

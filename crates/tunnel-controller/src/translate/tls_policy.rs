@@ -4,8 +4,9 @@
 //! A policy naming the port (`sectionName`) applies before one for the whole Service; among
 //! policies for the same target and section the oldest wins, then the first by
 //! `{namespace}/{name}`, and the others are `Conflicted`. A policy the proxy cannot honour
-//! (`wellKnownCACertificates`, URI subject alt names, a CA reference that does not resolve to a
-//! usable certificate) makes the backends it targets fail closed: never plaintext.
+//! (`wellKnownCACertificates`, a CA reference that does not resolve to a usable certificate)
+//! makes the backends it targets fail closed: never plaintext. `subjectAltNames` of both types
+//! are honoured: Hostname as DNS names, URI (e.g. SPIFFE IDs) compared exactly.
 //!
 //! Certificates are checked by the proxy's own compiler ([`tunnel_config::compile::validate`]),
 //! so what the controller accepts is exactly what the proxy accepts.
@@ -145,6 +146,7 @@ pub(super) struct Settings {
     pub ca_bundle_pem: String,
     pub server_name: String,
     pub subject_alt_names: Vec<String>,
+    pub subject_alt_uris: Vec<String>,
 }
 
 /// The TLS settings of a policy, or why the proxy cannot honour it.
@@ -179,7 +181,15 @@ pub(super) fn settings(policy: &BackendTlsPolicy, policies: &Policies) -> Result
             .subject_alt_names
             .iter()
             .flatten()
+            .filter(|s| s.r#type == SanType::Hostname)
             .filter_map(|s| s.hostname.clone())
+            .collect(),
+        subject_alt_uris: v
+            .subject_alt_names
+            .iter()
+            .flatten()
+            .filter(|s| s.r#type == SanType::Uri)
+            .filter_map(|s| s.uri.clone())
             .collect(),
     })
 }
@@ -195,15 +205,6 @@ fn unsupported(policy: &BackendTlsPolicy) -> Option<String> {
         return Some(format!(
             "validation.wellKnownCACertificates `{wk}` is not supported: reference a ConfigMap with the CA bundle in `ca.crt` instead"
         ));
-    }
-    if v.subject_alt_names
-        .iter()
-        .flatten()
-        .any(|s| s.r#type == SanType::Uri)
-    {
-        return Some(
-            "URI subjectAltNames are not supported: use Hostname subjectAltNames".to_owned(),
-        );
     }
     None
 }
@@ -248,6 +249,7 @@ fn ca_refs(
                 ca_bundle_pem: pem.clone(),
                 server_name: "ca.check.invalid".to_owned(),
                 subject_alt_names: Vec::new(),
+                subject_alt_uris: Vec::new(),
                 client_cert_pem: None,
                 client_key_pem: None,
             };
@@ -296,6 +298,7 @@ pub(super) fn check_client_cert(cert: &ClientCert) -> Result<(), String> {
         ca_bundle_pem: cert.cert_pem.clone(),
         server_name: "client-cert.check.invalid".to_owned(),
         subject_alt_names: Vec::new(),
+        subject_alt_uris: Vec::new(),
         client_cert_pem: Some(cert.cert_pem.clone()),
         client_key_pem: Some(cert.key_pem.clone()),
     };

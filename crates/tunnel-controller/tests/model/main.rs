@@ -686,6 +686,7 @@ const REASONS: &[&str] = &[
     "InvalidRouteKinds",
     "HostnameConflict",
     "NoConflicts",
+    "InvalidCertificateRef",
     // ListenerSets and their listeners.
     "NotAllowed",
     "ParentNotAccepted",
@@ -705,6 +706,7 @@ const REASONS: &[&str] = &[
     "IngressRuleLimitExceeded",
     "ProxyConfigPushFailed",
     "Published",
+    "ListenerNotProgrammed",
     // BackendTLSPolicy.
     "NoValidCACertificate",
     "Conflicted",

@@ -297,11 +297,18 @@ impl Pki {
         }
     }
 
+    /// A leaf certificate for `names`: DNS names, and URI names for those with `://`.
     pub fn leaf(&self, names: &[&str]) -> Leaf {
         let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        let (uris, dns): (Vec<&str>, Vec<&str>) = names.iter().partition(|n| n.contains("://"));
+        let mut params =
+            rcgen::CertificateParams::new(dns.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                 .unwrap();
+        for uri in uris {
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::URI(uri.try_into().unwrap()));
+        }
         let issuer = rcgen::Issuer::from_params(&self.ca_params, &self.ca_key);
         let cert = params.signed_by(&key, &issuer).unwrap();
         Leaf {

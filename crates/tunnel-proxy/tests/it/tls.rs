@@ -18,8 +18,13 @@ use crate::common::*;
 
 /// An HTTPS backend (ALPN h2 and http/1.1) with a certificate for `backend.test`.
 async fn tls_backend(pki: &Pki, require_client_cert: bool) -> Backend {
+    tls_backend_for(pki, &["backend.test"], require_client_cert).await
+}
+
+/// An HTTPS backend with a certificate for `names` (see [`Pki::leaf`]).
+async fn tls_backend_for(pki: &Pki, names: &[&str], require_client_cert: bool) -> Backend {
     init();
-    let leaf = pki.leaf(&["backend.test"]);
+    let leaf = pki.leaf(names);
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
             .collect::<Result<_, _>>()
@@ -128,6 +133,74 @@ async fn tls_verification_uses_subject_alt_names_and_the_ca_bundle() {
         metrics.lines().any(|l| l == line),
         "missing {line}\n{metrics}"
     );
+}
+
+#[tokio::test]
+async fn tls_verification_accepts_a_uri_subject_alt_name_only_from_the_trusted_ca() {
+    const ID: &str = "spiffe://cluster.local/ns/shop/sa/web";
+    let pki = Pki::new();
+    let other = Pki::new();
+    let b = tls_backend_for(&pki, &["backend.test", ID], false).await;
+    let forged = tls_backend_for(&other, &["backend.test", ID], false).await;
+    let tls = |ca: &str, names: Value, uris: Value| json!({ "caBundlePem": ca, "serverName": "sni.test", "subjectAltNames": names, "subjectAltUris": uris });
+    let p = Proxy::with_config(doc(
+        1,
+        vec![
+            tls_route(
+                "uri.example.com",
+                &b,
+                tls(&pki.ca_pem, json!([]), json!([ID])),
+                "http1",
+            ),
+            tls_route(
+                "either.example.com",
+                &b,
+                tls(&pki.ca_pem, json!(["nope.test"]), json!([ID])),
+                "http1",
+            ),
+            tls_route(
+                "other-id.example.com",
+                &b,
+                tls(
+                    &pki.ca_pem,
+                    json!([]),
+                    json!(["spiffe://cluster.local/ns/shop/sa/db"]),
+                ),
+                "http1",
+            ),
+            tls_route(
+                "prefix.example.com",
+                &b,
+                tls(
+                    &pki.ca_pem,
+                    json!([]),
+                    json!(["spiffe://cluster.local/ns/shop/sa/we"]),
+                ),
+                "http1",
+            ),
+            tls_route(
+                "forged.example.com",
+                &forged,
+                tls(&pki.ca_pem, json!([]), json!([ID])),
+                "http1",
+            ),
+        ],
+    ))
+    .await;
+    assert_eq!(p.get("uri.example.com", "/").await.status(), StatusCode::OK);
+    assert_eq!(
+        p.get("either.example.com", "/").await.status(),
+        StatusCode::OK
+    );
+    for refused in ["other-id", "prefix", "forged"] {
+        assert_eq!(
+            p.get(&format!("{refused}.example.com"), "/").await.status(),
+            StatusCode::BAD_GATEWAY,
+            "{refused}"
+        );
+    }
+    assert_eq!(b.hits(), 2);
+    assert_eq!(forged.hits(), 0);
 }
 
 #[tokio::test]

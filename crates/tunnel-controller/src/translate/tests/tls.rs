@@ -19,7 +19,9 @@ fn a_backend_tls_policy_gives_the_backend_its_ca_server_name_sans_and_the_client
             "caCertificateRefs": [
                 { "group": "", "kind": "ConfigMap", "name": "ca" },
                 { "group": "", "kind": "ConfigMap", "name": "ca2" }],
-            "subjectAltNames": [{ "type": "Hostname", "hostname": "web.shop.svc.cluster.local" }]
+            "subjectAltNames": [
+                { "type": "Hostname", "hostname": "web.shop.svc.cluster.local" },
+                { "type": "URI", "uri": "spiffe://cluster.local/ns/shop/sa/web" }]
         }),
     )];
     let cert = ClientCert {
@@ -44,6 +46,10 @@ fn a_backend_tls_policy_gives_the_backend_its_ca_server_name_sans_and_the_client
     assert_eq!(
         tls.subject_alt_names,
         vec!["web.shop.svc.cluster.local".to_owned()]
+    );
+    assert_eq!(
+        tls.subject_alt_uris,
+        vec!["spiffe://cluster.local/ns/shop/sa/web".to_owned()]
     );
     assert_eq!(
         tls.client_cert_pem.as_deref(),
@@ -158,10 +164,6 @@ fn a_policy_the_proxy_cannot_honour_fails_the_backend_closed_never_plaintext() {
             "wellKnownCACertificates `System` is not supported",
         ),
         (
-            json!({ "subjectAltNames": [{ "type": "URI", "uri": "spiffe://cluster/ns/shop/sa/web" }] }),
-            "URI subjectAltNames are not supported",
-        ),
-        (
             json!({ "caCertificateRefs": [
                 { "group": "", "kind": "ConfigMap", "name": "ca" },
                 { "group": "", "kind": "ConfigMap", "name": "missing" }] }),
@@ -232,11 +234,6 @@ fn backend_tls_policy_verdicts_name_the_broken_parts() {
         ),
         (
             json!({ "caCertificateRefs": [], "wellKnownCACertificates": "System" }),
-            ("Invalid", false),
-            ("ResolvedRefs", ""),
-        ),
-        (
-            json!({ "subjectAltNames": [{ "type": "URI", "uri": "spiffe://x/y" }] }),
             ("Invalid", false),
             ("ResolvedRefs", ""),
         ),
