@@ -26,10 +26,11 @@ use crate::dedicated::{AuthToken, Verification};
 use crate::keys::PartitionKey;
 use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
 use crate::model::{self, Model, Plane, Settings};
-use crate::names::PlaneNames;
+use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
 use crate::push::{ConditionChange, PushOutcome};
 use crate::status::{self, Effects, Write, Writer};
+use crate::dns::{DnsSync, HostVerdict};
 use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
 
@@ -64,6 +65,10 @@ pub struct Controller {
     burst_since: std::sync::Mutex<Option<Instant>>,
     /// Each tunnel's last sync result, standing while ingress writes wait.
     last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, Arc<SyncError>>>>,
+    /// DNS records (opt-in), applied after the tunnels' documents.
+    dns: DnsSync,
+    /// The last DNS verdicts by tunnel and hostname, standing while ingress writes wait.
+    last_dns: std::sync::Mutex<BTreeMap<String, BTreeMap<String, HostVerdict>>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -92,7 +97,10 @@ pub struct Parts {
 
 impl Controller {
     pub fn new(p: Parts) -> Self {
+        let dns = DnsSync::new(p.tunnels.retry_policy(), p.metrics.dns_changes.clone());
         Self {
+            dns,
+            last_dns: std::sync::Mutex::default(),
             client: p.client,
             stores: p.stores,
             settings: p.settings,
@@ -202,7 +210,8 @@ impl Controller {
         notices.extend(provisioned.notices);
 
         // Tunnels, all at once; each on its own. Mid-burst, the last results stand.
-        let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if self.ingress_due() {
+        let due = self.ingress_due();
+        let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if due {
             let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
                 (
                     tunnel.clone(),
@@ -227,6 +236,20 @@ impl Controller {
                 .keys()
                 .filter_map(|t| last.get(t).map(|r| (t.clone(), r.clone())))
                 .collect()
+        };
+        // DNS records after the documents: their failures never hold back or undo a document.
+        effects.dns = if due {
+            let dns = self.dns_records(&model, &results, &mut outcome).await;
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone_from(&dns);
+            dns
+        } else {
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
         };
         for (tunnel, result) in results {
             self.count("Tunnel", result.is_ok());
@@ -333,6 +356,100 @@ impl Controller {
             "sync round"
         );
         outcome
+    }
+
+    /// Brings every DNS owner's records to the hostnames its tunnels' documents list now;
+    /// returns the verdicts by tunnel and hostname. An owner with a failed tunnel this round
+    /// creates and updates but deletes nothing (what it no longer serves is not known).
+    async fn dns_records(
+        &self,
+        model: &Model,
+        results: &[(String, Result<TunnelResult, Arc<SyncError>>)],
+        outcome: &mut Outcome,
+    ) -> BTreeMap<String, BTreeMap<String, HostVerdict>> {
+        struct Owner<'a> {
+            scope: model::DnsScope,
+            desired: BTreeMap<String, String>,
+            complete: bool,
+            tunnels: Vec<&'a str>,
+        }
+        let key = |s: &model::DnsScope| {
+            sha256_hex(&format!(
+                "{}\n{}\n{:?}",
+                s.owner, s.credentials.api_token, s.credentials.account_id
+            ))
+        };
+        let mut owners: BTreeMap<String, Owner<'_>> = model
+            .dns_scopes
+            .iter()
+            .map(|s| {
+                let owner = Owner {
+                    scope: s.clone(),
+                    desired: BTreeMap::new(),
+                    complete: true,
+                    tunnels: Vec::new(),
+                };
+                (key(s), owner)
+            })
+            .collect();
+        for (tunnel, result) in results {
+            let Some(plan) = model.tunnels.get(tunnel) else {
+                continue;
+            };
+            let Some(owner) = &plan.dns_owner else {
+                continue;
+            };
+            let scope = model::DnsScope {
+                owner: owner.clone(),
+                credentials: plan.credentials.clone(),
+            };
+            let entry = owners.entry(key(&scope)).or_insert_with(|| Owner {
+                scope,
+                desired: BTreeMap::new(),
+                complete: true,
+                tunnels: Vec::new(),
+            });
+            entry.tunnels.push(tunnel);
+            match result {
+                Ok(r) => {
+                    for h in r.hostnames.iter().filter(|h| h.as_str() != "*") {
+                        entry.desired.entry(h.clone()).or_insert_with(|| tunnel.clone());
+                    }
+                }
+                Err(_) => entry.complete = false,
+            }
+        }
+        let mut by_tunnel: BTreeMap<String, BTreeMap<String, HostVerdict>> = BTreeMap::new();
+        for (k, o) in &owners {
+            for t in &o.tunnels {
+                by_tunnel.entry((*t).to_owned()).or_default();
+            }
+            let report = match self.tunnels.client_and_account(&o.scope.credentials).await {
+                Ok((client, account)) => {
+                    self.dns
+                        .sync(k, &client, &account, &o.scope.owner, &o.desired, o.complete)
+                        .await
+                }
+                Err(e) => crate::dns::DnsReport {
+                    hosts: o
+                        .desired
+                        .keys()
+                        .map(|h| (h.clone(), HostVerdict::Failed(e.to_string())))
+                        .collect(),
+                    incomplete: true,
+                },
+            };
+            if report.incomplete {
+                outcome.incomplete = true;
+            }
+            for (host, verdict) in report.hosts {
+                if let Some(t) = o.desired.get(&host) {
+                    by_tunnel.entry(t.clone()).or_default().insert(host, verdict);
+                }
+            }
+        }
+        self.dns.retain(&owners.keys().cloned().collect()).await;
+        by_tunnel
     }
 
     fn count(&self, kind: &'static str, ok: bool) {

@@ -47,6 +47,8 @@ pub struct Metrics {
     /// Config pushes by partition and result (`loaded`, `unauthorized`, `rejected`, `stale`,
     /// `failed`).
     pub pushes: Family<PushLabels, Counter>,
+    /// DNS record changes by outcome (`created`, `updated`, `deleted`, `failed`, `refused`).
+    pub dns_changes: Family<crate::dns::OutcomeLabel, Counter>,
 }
 
 impl Metrics {
@@ -60,6 +62,7 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             pushes: Family::default(),
+            dns_changes: Family::default(),
         };
         registry.register(
             "cftunnel_sync_duration_seconds",
@@ -85,6 +88,11 @@ impl Metrics {
             "cftunnel_config_pushes",
             "Config pushes to data-plane proxies by partition and result",
             m.pushes.clone(),
+        );
+        registry.register(
+            "cftunnel_dns_record_changes",
+            "DNS record changes by outcome (created, updated, deleted, failed; refused: a hostname whose record is owned elsewhere)",
+            m.dns_changes.clone(),
         );
         m
     }

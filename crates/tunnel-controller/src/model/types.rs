@@ -100,6 +100,8 @@ pub struct GatewayOutcome {
     pub sharing: Option<Sharing>,
     /// The class's hostname delegations when ownership is on.
     pub ownership: Option<Arc<Delegations>>,
+    /// The class's DNS records' owner ID when DNS records are on.
+    pub dns_owner: Option<String>,
     pub(super) client_cert: Option<translate::ClientCert>,
 }
 
@@ -165,10 +167,19 @@ pub struct PolicyOutcome {
     pub ancestors: BTreeSet<ObjKey>,
 }
 
+/// The DNS records of one owner ID, written with one class's credentials (DNS records on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsScope {
+    pub owner: String,
+    pub credentials: Credentials,
+}
+
 /// One tunnel's ingress document input.
 #[derive(Debug, Clone)]
 pub struct TunnelPlan {
     pub credentials: Credentials,
+    /// The DNS records' owner ID when its class has DNS records on.
+    pub dns_owner: Option<String>,
     /// Hostnames in priority order (oldest route first), with the route that brings each.
     pub hostnames: Vec<(String, RouteId)>,
 }
@@ -185,4 +196,7 @@ pub struct Model {
     pub routes: Vec<RouteOutcome>,
     pub partitions: BTreeMap<PartitionKey, PartitionPlan>,
     pub tunnels: BTreeMap<String, TunnelPlan>,
+    /// Owners of DNS records: every accepted class with DNS records on (the tunnels' own
+    /// credentials may add more).
+    pub dns_scopes: Vec<DnsScope>,
 }
