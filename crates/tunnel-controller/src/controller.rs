@@ -9,7 +9,7 @@
 //! Only the leader runs rounds; the stores are warm on every replica, so a new leader starts at
 //! once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,8 @@ use tokio::sync::{Mutex, Notify, watch};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
-use crate::keys::PartitionKey;
+use crate::ingress;
+use crate::keys::{ObjKey, PartitionKey};
 use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
 use crate::model::{self, Model, Plane, Settings};
 use crate::names::{PlaneNames, sha256_hex};
@@ -68,7 +69,7 @@ pub struct Controller {
     /// DNS records (opt-in), applied after the tunnels' documents.
     dns: DnsSync,
     /// The last DNS verdicts by tunnel and hostname, standing while ingress writes wait.
-    last_dns: std::sync::Mutex<BTreeMap<String, BTreeMap<String, HostVerdict>>>,
+    last_dns: std::sync::Mutex<BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -358,20 +359,21 @@ impl Controller {
         outcome
     }
 
-    /// Brings every DNS owner's records to the hostnames its tunnels' documents list now;
-    /// returns the verdicts by tunnel and hostname. An owner with a failed tunnel this round
-    /// creates and updates but deletes nothing (what it no longer serves is not known).
+    /// Brings every DNS owner's records to the hostnames its Gateways' routes serve and their
+    /// tunnels' documents list now; returns the verdicts by Gateway and hostname. An owner with
+    /// a failed tunnel this round creates and updates but deletes nothing (what it no longer
+    /// serves is not known).
     async fn dns_records(
         &self,
         model: &Model,
         results: &[(String, Result<TunnelResult, Arc<SyncError>>)],
         outcome: &mut Outcome,
-    ) -> BTreeMap<String, BTreeMap<String, HostVerdict>> {
-        struct Owner<'a> {
-            scope: model::DnsScope,
+    ) -> BTreeMap<ObjKey, BTreeMap<String, HostVerdict>> {
+        #[derive(Default)]
+        struct Owner {
             desired: BTreeMap<String, String>,
-            complete: bool,
-            tunnels: Vec<&'a str>,
+            failed_tunnel: bool,
+            gateways: BTreeMap<ObjKey, BTreeSet<String>>,
         }
         let key = |s: &model::DnsScope| {
             sha256_hex(&format!(
@@ -379,55 +381,49 @@ impl Controller {
                 s.owner, s.credentials.api_token, s.credentials.account_id
             ))
         };
-        let mut owners: BTreeMap<String, Owner<'_>> = model
+        let mut owners: BTreeMap<String, (model::DnsScope, Owner)> = model
             .dns_scopes
             .iter()
-            .map(|s| {
-                let owner = Owner {
-                    scope: s.clone(),
-                    desired: BTreeMap::new(),
-                    complete: true,
-                    tunnels: Vec::new(),
-                };
-                (key(s), owner)
-            })
+            .map(|s| (key(s), (s.clone(), Owner::default())))
             .collect();
-        for (tunnel, result) in results {
-            let Some(plan) = model.tunnels.get(tunnel) else {
-                continue;
-            };
-            let Some(owner) = &plan.dns_owner else {
-                continue;
-            };
-            let scope = model::DnsScope {
-                owner: owner.clone(),
-                credentials: plan.credentials.clone(),
-            };
-            let entry = owners.entry(key(&scope)).or_insert_with(|| Owner {
-                scope,
-                desired: BTreeMap::new(),
-                complete: true,
-                tunnels: Vec::new(),
-            });
-            entry.tunnels.push(tunnel);
-            match result {
-                Ok(r) => {
-                    for h in r.hostnames.iter().filter(|h| h.as_str() != "*") {
-                        entry.desired.entry(h.clone()).or_insert_with(|| tunnel.clone());
+        let results: BTreeMap<&str, &Result<TunnelResult, Arc<SyncError>>> =
+            results.iter().map(|(t, r)| (t.as_str(), r)).collect();
+        for route in &model.routes {
+            for p in &route.parents {
+                let Some(gw) = model.gateways.get(&p.gateway) else {
+                    continue;
+                };
+                let (Some(owner), Some(tunnel), Some(credentials), Some(hosts)) =
+                    (&gw.dns_owner, &gw.tunnel, &gw.credentials, &p.hostnames)
+                else {
+                    continue;
+                };
+                let scope = model::DnsScope {
+                    owner: owner.clone(),
+                    credentials: credentials.clone(),
+                };
+                let (_, o) = owners
+                    .entry(key(&scope))
+                    .or_insert_with(|| (scope, Owner::default()));
+                match results.get(tunnel.as_str()) {
+                    Some(Ok(r)) => {
+                        for h in hosts.iter().map(|h| ingress::rule_hostname(h)) {
+                            if h != "*" && r.hostnames.contains(&h) {
+                                o.desired.entry(h.clone()).or_insert_with(|| tunnel.clone());
+                                o.gateways.entry(p.gateway.clone()).or_default().insert(h);
+                            }
+                        }
                     }
+                    _ => o.failed_tunnel = true,
                 }
-                Err(_) => entry.complete = false,
             }
         }
-        let mut by_tunnel: BTreeMap<String, BTreeMap<String, HostVerdict>> = BTreeMap::new();
-        for (k, o) in &owners {
-            for t in &o.tunnels {
-                by_tunnel.entry((*t).to_owned()).or_default();
-            }
-            let report = match self.tunnels.client_and_account(&o.scope.credentials).await {
+        let mut by_gateway: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>> = BTreeMap::new();
+        for (k, (scope, o)) in &owners {
+            let report = match self.tunnels.client_and_account(&scope.credentials).await {
                 Ok((client, account)) => {
                     self.dns
-                        .sync(k, &client, &account, &o.scope.owner, &o.desired, o.complete)
+                        .sync(k, &client, &account, &scope.owner, &o.desired, !o.failed_tunnel)
                         .await
                 }
                 Err(e) => crate::dns::DnsReport {
@@ -439,17 +435,18 @@ impl Controller {
                     incomplete: true,
                 },
             };
-            if report.incomplete {
-                outcome.incomplete = true;
-            }
-            for (host, verdict) in report.hosts {
-                if let Some(t) = o.desired.get(&host) {
-                    by_tunnel.entry(t.clone()).or_default().insert(host, verdict);
+            outcome.incomplete |= report.incomplete;
+            for (gw, hosts) in &o.gateways {
+                let verdicts = by_gateway.entry(gw.clone()).or_default();
+                for h in hosts {
+                    if let Some(v) = report.hosts.get(h) {
+                        verdicts.insert(h.clone(), v.clone());
+                    }
                 }
             }
         }
         self.dns.retain(&owners.keys().cloned().collect()).await;
-        by_tunnel
+        by_gateway
     }
 
     fn count(&self, kind: &'static str, ok: bool) {

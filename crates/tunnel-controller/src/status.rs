@@ -71,8 +71,8 @@ pub struct Effects {
     /// [`ingress::rule_hostname`] spells them); a tunnel whose document this round did not
     /// read or write is absent.
     pub ingress: BTreeMap<String, BTreeSet<String>>,
-    /// DNS verdicts by tunnel and hostname, for the tunnels whose class has DNS records on.
-    pub dns: BTreeMap<String, BTreeMap<String, HostVerdict>>,
+    /// DNS verdicts by Gateway and hostname, for the Gateways whose class has DNS records on.
+    pub dns: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -348,9 +348,7 @@ fn route_write(
             ));
         }
         if attached
-            && let Some(dns) = gw
-                .and_then(|g| g.tunnel.as_ref())
-                .and_then(|t| effects.dns.get(t))
+            && let Some(dns) = effects.dns.get(&p.gateway)
             && let Some(v) = dns_verdict(p, dns)
         {
             verdicts.push(v);

@@ -100,7 +100,6 @@ pub(super) fn partitions(model: &mut Model) {
                 .entry(tunnel.clone())
                 .or_insert_with(|| TunnelPlan {
                     credentials: credentials.clone(),
-                    dns_owner: gw.dns_owner.clone(),
                     hostnames: Vec::new(),
                 });
         }

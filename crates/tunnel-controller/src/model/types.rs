@@ -178,8 +178,6 @@ pub struct DnsScope {
 #[derive(Debug, Clone)]
 pub struct TunnelPlan {
     pub credentials: Credentials,
-    /// The DNS records' owner ID when its class has DNS records on.
-    pub dns_owner: Option<String>,
     /// Hostnames in priority order (oldest route first), with the route that brings each.
     pub hostnames: Vec<(String, RouteId)>,
 }
@@ -196,7 +194,7 @@ pub struct Model {
     pub routes: Vec<RouteOutcome>,
     pub partitions: BTreeMap<PartitionKey, PartitionPlan>,
     pub tunnels: BTreeMap<String, TunnelPlan>,
-    /// Owners of DNS records: every accepted class with DNS records on (the tunnels' own
-    /// credentials may add more).
+    /// Owners of DNS records: every accepted class with DNS records on (dedicated Gateways'
+    /// own credentials may add more).
     pub dns_scopes: Vec<DnsScope>,
 }

@@ -339,6 +339,7 @@ fn effects(e: CaseEffects, model: &Model) -> Effects {
             .cloned()
             .collect(),
         ingress,
+        dns: Default::default(),
         tunnel_errors: e.tunnel_errors,
         overflow: e
             .overflow
