@@ -653,14 +653,23 @@ async fn dns_records_lifecycle_pagination_and_conflicts() {
     let zone = w.double.add_zone(&w.account_a, "example.com").unwrap();
     w.double.add_zone(&w.account_b, "example.org").unwrap();
     w.double
-        .grant_dns(TOKEN_A, DnsGrant { zones: None, edit: true })
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: None,
+                edit: true,
+            },
+        )
         .unwrap();
     let c = client(&w, TOKEN_A);
 
     // The token sees its account's zone only.
     let zones = c.list_zones(&w.account_a).await.unwrap();
     assert_eq!(zones.len(), 1);
-    assert_eq!((zones[0].id.as_str(), zones[0].name.as_str()), (zone.as_str(), "example.com"));
+    assert_eq!(
+        (zones[0].id.as_str(), zones[0].name.as_str()),
+        (zone.as_str(), "example.com")
+    );
 
     // Create, list by name, PATCH, delete.
     let made = c
@@ -671,13 +680,20 @@ async fn dns_records_lifecycle_pagination_and_conflicts() {
     let found = c
         .list_dns_records(
             &zone,
-            &RecordFilter { name: Some("app.example.com".into()), kind: None },
+            &RecordFilter {
+                name: Some("app.example.com".into()),
+                kind: None,
+            },
         )
         .await
         .unwrap();
     assert_eq!(found, vec![made.clone()]);
     let changed = c
-        .update_dns_record(&zone, &made.id, &cname("app.example.com", "u.cfargotunnel.com"))
+        .update_dns_record(
+            &zone,
+            &made.id,
+            &cname("app.example.com", "u.cfargotunnel.com"),
+        )
         .await
         .unwrap();
     assert_eq!(changed.content, "u.cfargotunnel.com");
@@ -711,7 +727,10 @@ async fn dns_records_lifecycle_pagination_and_conflicts() {
         t.proxied = None;
         c.create_dns_record(&zone, &t).await.unwrap();
     }
-    let all = c.list_dns_records(&zone, &RecordFilter::default()).await.unwrap();
+    let all = c
+        .list_dns_records(&zone, &RecordFilter::default())
+        .await
+        .unwrap();
     assert_eq!(all.len(), 1007);
     let list_calls = w
         .double
@@ -737,25 +756,54 @@ async fn dns_permissions_are_enforced_per_zone() {
 
     // No grant: no zone is visible and records are refused as auth errors.
     assert!(c.list_zones(&w.account_a).await.unwrap().is_empty());
-    let err = c.list_dns_records(&a, &RecordFilter::default()).await.unwrap_err();
+    let err = c
+        .list_dns_records(&a, &RecordFilter::default())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
 
     // DNS Read on a.example: it lists, cannot write; b.example stays invisible.
     w.double
-        .grant_dns(TOKEN_A, DnsGrant { zones: Some(vec!["a.example".into()]), edit: false })
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: Some(vec!["a.example".into()]),
+                edit: false,
+            },
+        )
         .unwrap();
     let zones = c.list_zones(&w.account_a).await.unwrap();
-    assert_eq!(zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ["a.example"]);
-    c.list_dns_records(&a, &RecordFilter::default()).await.unwrap();
-    let err = c.create_dns_record(&a, &cname("x.a.example", "t.cfargotunnel.com")).await.unwrap_err();
+    assert_eq!(
+        zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(),
+        ["a.example"]
+    );
+    c.list_dns_records(&a, &RecordFilter::default())
+        .await
+        .unwrap();
+    let err = c
+        .create_dns_record(&a, &cname("x.a.example", "t.cfargotunnel.com"))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
-    let err = c.list_dns_records(&b, &RecordFilter::default()).await.unwrap_err();
+    let err = c
+        .list_dns_records(&b, &RecordFilter::default())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     // Another account's zone, even with a grant for every zone, is refused.
     w.double
-        .grant_dns(TOKEN_A, DnsGrant { zones: None, edit: true })
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: None,
+                edit: true,
+            },
+        )
         .unwrap();
-    let err = c.list_dns_records(&other, &RecordFilter::default()).await.unwrap_err();
+    let err = c
+        .list_dns_records(&other, &RecordFilter::default())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     assert!(w.double.dns_records()["other.example"].is_empty());
 }

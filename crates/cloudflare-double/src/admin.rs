@@ -135,12 +135,12 @@ pub(crate) fn handle(world: &Shared, method: &str, path: &str, body: &[u8]) -> R
                 Err(e) => control(&e),
             }
         }),
-        ("POST", "/dns_grants") => parse::<NewGrant>(body).map(|g| {
-            match lock(world).grant_dns(&g.token, g.grant) {
+        ("POST", "/dns_grants") => {
+            parse::<NewGrant>(body).map(|g| match lock(world).grant_dns(&g.token, g.grant) {
                 Ok(()) => ok(json!({})),
                 Err(e) => control(&e),
-            }
-        }),
+            })
+        }
         ("POST", "/dns_records") => parse::<NewRecord>(body).map(|r| {
             match lock(world).add_record(&r.zone, &r.kind, &r.name, &r.content, r.proxied) {
                 Ok(rec) => ok(json!(rec)),

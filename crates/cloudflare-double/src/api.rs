@@ -201,9 +201,7 @@ pub(crate) fn handle(
         Route::Zones => dns::list_zones(world, &scope, grant, query),
         Route::ListRecords(z) => dns::list_records(world, &scope, grant, z, query, full_path),
         Route::CreateRecord(z) => dns::create_record(world, &scope, grant, z, body, full_path),
-        Route::PatchRecord(z, r) => {
-            dns::patch_record(world, &scope, grant, z, r, body, full_path)
-        }
+        Route::PatchRecord(z, r) => dns::patch_record(world, &scope, grant, z, r, body, full_path),
         Route::DeleteRecord(z, r) => dns::delete_record(world, &scope, grant, z, r, full_path),
     }
 }
@@ -337,7 +335,14 @@ fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply 
         .filter_map(|p| p.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    paged(all, &pairs, (DEFAULT_PER_PAGE, MIN_PER_PAGE, MAX_PER_PAGE))
+    let mut reply = paged(all, &pairs, (DEFAULT_PER_PAGE, MIN_PER_PAGE, MAX_PER_PAGE));
+    // The accounts page documents `result_info` without `total_pages`.
+    if let Body::Json(v) = &mut reply.body
+        && let Some(info) = v["result_info"].as_object_mut()
+    {
+        info.remove("total_pages");
+    }
+    reply
 }
 
 /// One page of `all` by the `page` and `per_page` parameters (`per_page` defaults to and is

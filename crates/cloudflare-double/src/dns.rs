@@ -351,7 +351,11 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Validates `record` against the zone (the record `replacing` excluded) and stores it.
-fn admit(zone: &mut ZoneRec, mut record: RecordRec, replacing: Option<&str>) -> Result<String, Reply> {
+fn admit(
+    zone: &mut ZoneRec,
+    mut record: RecordRec,
+    replacing: Option<&str>,
+) -> Result<String, Reply> {
     record.kind = record.kind.to_ascii_uppercase();
     if !TYPES.contains(&record.kind.as_str()) {
         // UNCONFIRMED code.
@@ -368,7 +372,11 @@ fn admit(zone: &mut ZoneRec, mut record: RecordRec, replacing: Option<&str>) -> 
         return Err(bad(9006, "Content is required"));
     }
     if record.kind == "CNAME" {
-        record.content = record.content.trim().trim_end_matches('.').to_ascii_lowercase();
+        record.content = record
+            .content
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
         if !valid_name(&record.content) || record.content.starts_with("*.") {
             // Code as quoted in public threads ("Content for CNAME record is invalid.").
             return Err(bad(9007, "Content for CNAME record is invalid."));
@@ -502,8 +510,14 @@ mod tests {
     fn names_are_qualified_like_the_api() {
         assert_eq!(qualify("www", "example.com"), "www.example.com");
         assert_eq!(qualify("@", "example.com"), "example.com");
-        assert_eq!(qualify("WWW.Example.com.", "example.com"), "www.example.com");
-        assert_eq!(qualify("a.other.org", "example.com"), "a.other.org.example.com");
+        assert_eq!(
+            qualify("WWW.Example.com.", "example.com"),
+            "www.example.com"
+        );
+        assert_eq!(
+            qualify("a.other.org", "example.com"),
+            "a.other.org.example.com"
+        );
         assert!(valid_name("*.example.com"));
         assert!(valid_name("_tunnel-gateway.a.example.com"));
         assert!(!valid_name("a.*.example.com"));

@@ -80,7 +80,10 @@ pub struct DnsSettings {
     /// Written into the ownership records: the controller touches only records carrying it.
     /// Unique per installation sharing a zone; defaults to the GatewayClassConfig's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
+    )]
     pub owner_id: Option<String>,
 }
 

@@ -23,6 +23,7 @@ use tokio::sync::{Mutex, Notify, watch};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
+use crate::dns::{DnsSync, HostVerdict};
 use crate::ingress;
 use crate::keys::{ObjKey, PartitionKey};
 use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
@@ -31,7 +32,6 @@ use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
 use crate::push::{ConditionChange, PushOutcome};
 use crate::status::{self, Effects, Write, Writer};
-use crate::dns::{DnsSync, HostVerdict};
 use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
 
@@ -423,7 +423,14 @@ impl Controller {
             let report = match self.tunnels.client_and_account(&scope.credentials).await {
                 Ok((client, account)) => {
                     self.dns
-                        .sync(k, &client, &account, &scope.owner, &o.desired, !o.failed_tunnel)
+                        .sync(
+                            k,
+                            &client,
+                            &account,
+                            &scope.owner,
+                            &o.desired,
+                            !o.failed_tunnel,
+                        )
                         .await
                 }
                 Err(e) => crate::dns::DnsReport {

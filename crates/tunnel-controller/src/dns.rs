@@ -274,9 +274,7 @@ pub fn plan(
                         zone: zone.id.clone(),
                         record: cname(host, tunnel),
                     }),
-                    Some(c)
-                        if !c.content.eq_ignore_ascii_case(&target(tunnel)) || !c.proxied =>
-                    {
+                    Some(c) if !c.content.eq_ignore_ascii_case(&target(tunnel)) || !c.proxied => {
                         push(Change::Update {
                             zone: zone.id.clone(),
                             id: c.id.clone(),
@@ -402,7 +400,9 @@ impl DnsSync {
         {
             return l.report.clone();
         }
-        let report = self.run(client, account, owner, desired, allow_delete).await;
+        let report = self
+            .run(client, account, owner, desired, allow_delete)
+            .await;
         last.insert(
             key.to_owned(),
             Last {
@@ -433,7 +433,12 @@ impl DnsSync {
             hosts: desired
                 .keys()
                 .filter(|h| h.as_str() != "*")
-                .map(|h| (h.clone(), HostVerdict::Failed(format!("listing zones: {e}"))))
+                .map(|h| {
+                    (
+                        h.clone(),
+                        HostVerdict::Failed(format!("listing zones: {e}")),
+                    )
+                })
                 .collect(),
             incomplete: true,
         };
@@ -452,11 +457,7 @@ impl DnsSync {
         let mut records = BTreeMap::new();
         let mut unlisted: BTreeMap<String, String> = BTreeMap::new();
         for z in &zones {
-            match retry(&self.retry, sleep, || {
-                client.list_dns_records(&z.id, &all)
-            })
-            .await
-            {
+            match retry(&self.retry, sleep, || client.list_dns_records(&z.id, &all)).await {
                 Ok(rs) => {
                     let rs = rs
                         .into_iter()
@@ -471,7 +472,10 @@ impl DnsSync {
                     records.insert(z.id.clone(), rs);
                 }
                 Err(e) => {
-                    unlisted.insert(z.id.clone(), format!("listing the records of zone {}: {e}", z.name));
+                    unlisted.insert(
+                        z.id.clone(),
+                        format!("listing the records of zone {}: {e}", z.name),
+                    );
                 }
             }
         }
@@ -511,9 +515,11 @@ impl DnsSync {
             }
             let (result, done) = match change {
                 Change::Create { zone, record } => (
-                    retry(&self.retry, sleep, || client.create_dns_record(zone, record))
-                        .await
-                        .map(drop),
+                    retry(&self.retry, sleep, || {
+                        client.create_dns_record(zone, record)
+                    })
+                    .await
+                    .map(drop),
                     "created",
                 ),
                 Change::Update { zone, id, record } => (

@@ -177,7 +177,10 @@ impl TunnelSync {
 
     /// The client and account of `creds` (cached), for the other Cloudflare calls of a round
     /// (the DNS records).
-    pub async fn client_and_account(&self, creds: &Credentials) -> Result<(Client, String), SyncError> {
+    pub async fn client_and_account(
+        &self,
+        creds: &Credentials,
+    ) -> Result<(Client, String), SyncError> {
         let client = self.client(creds).await?;
         let account = self.account(&client, creds).await?;
         Ok((client, account))

@@ -13,8 +13,14 @@ const ZSUB: &str = "zone-sub-example-com";
 
 fn zones() -> Vec<Zone> {
     vec![
-        Zone { id: Z.into(), name: "example.com".into() },
-        Zone { id: ZSUB.into(), name: "sub.example.com".into() },
+        Zone {
+            id: Z.into(),
+            name: "example.com".into(),
+        },
+        Zone {
+            id: ZSUB.into(),
+            name: "sub.example.com".into(),
+        },
     ]
 }
 
@@ -29,7 +35,12 @@ fn rec(id: &str, kind: &str, name: &str, content: &str) -> Record {
 }
 
 fn ours_txt(id: &str, host: &str, tunnel: &str) -> Record {
-    rec(id, "TXT", &owner_record_name(host), &ownership_content(OWNER, tunnel))
+    rec(
+        id,
+        "TXT",
+        &owner_record_name(host),
+        &ownership_content(OWNER, tunnel),
+    )
 }
 
 fn our_cname(id: &str, host: &str, tunnel: &str) -> Record {
@@ -39,7 +50,9 @@ fn our_cname(id: &str, host: &str, tunnel: &str) -> Record {
 /// A compact spelling of a change: `+TXT name`, `~CNAME name content`, `-CNAME name`.
 fn spell(c: &Change) -> String {
     match c {
-        Change::Create { record, .. } => format!("+{} {} {}", record.kind, record.name, record.content),
+        Change::Create { record, .. } => {
+            format!("+{} {} {}", record.kind, record.name, record.content)
+        }
         Change::Update { id, record, .. } => {
             format!("~{} {} {} ({id})", record.kind, record.name, record.content)
         }
@@ -92,7 +105,11 @@ fn run(case: &Case) {
 }
 
 fn txt_of(host: &str, tunnel: &str) -> String {
-    format!("+TXT {} {}", owner_record_name(host), ownership_content(OWNER, tunnel))
+    format!(
+        "+TXT {} {}",
+        owner_record_name(host),
+        ownership_content(OWNER, tunnel)
+    )
 }
 
 #[test]
@@ -174,7 +191,10 @@ fn decisions() {
                 (Z, ours_txt("t1", "app.example.com", T1)),
                 (
                     Z,
-                    Record { proxied: false, ..our_cname("c1", "app.example.com", T1) },
+                    Record {
+                        proxied: false,
+                        ..our_cname("c1", "app.example.com", T1)
+                    },
                 ),
             ],
             allow_delete: true,
@@ -192,7 +212,10 @@ fn decisions() {
         Case {
             name: "foreign CNAME without ownership record: refused, untouched",
             desired: vec![("app.example.com", T1)],
-            records: vec![(Z, rec("x", "CNAME", "app.example.com", "elsewhere.example.net"))],
+            records: vec![(
+                Z,
+                rec("x", "CNAME", "app.example.com", "elsewhere.example.net"),
+            )],
             allow_delete: true,
             changes: vec![],
             verdicts: vec![("app.example.com", "elsewhere")],
@@ -206,7 +229,10 @@ fn decisions() {
             ],
             allow_delete: true,
             changes: vec![],
-            verdicts: vec![("a.example.com", "elsewhere"), ("b.example.com", "elsewhere")],
+            verdicts: vec![
+                ("a.example.com", "elsewhere"),
+                ("b.example.com", "elsewhere"),
+            ],
         },
         Case {
             name: "another owner's records (another installation): refused and never deleted",
@@ -253,7 +279,12 @@ fn decisions() {
             desired: vec![("app.example.com", T1)],
             records: vec![(
                 Z,
-                rec("v", "TXT", &owner_record_name("app.example.com"), "\"v=spf1 -all\""),
+                rec(
+                    "v",
+                    "TXT",
+                    &owner_record_name("app.example.com"),
+                    "\"v=spf1 -all\"",
+                ),
             )],
             allow_delete: true,
             changes: vec![
@@ -278,7 +309,10 @@ fn decisions() {
                 (Z, our_cname("c1", "gone.example.com", T1)),
                 (Z, ours_txt("t2", "*.example.com", T1)),
                 (Z, our_cname("c2", "*.example.com", T1)),
-                (Z, rec("keep", "CNAME", "other.example.com", "x.example.net")),
+                (
+                    Z,
+                    rec("keep", "CNAME", "other.example.com", "x.example.net"),
+                ),
             ],
             allow_delete: true,
             changes: vec![
@@ -315,9 +349,19 @@ fn a_tenant_route_never_takes_over_a_foreign_record() {
         vec![rec("x", "CNAME", victim, "origin.bank.example.net")],
         vec![
             rec("x", "CNAME", victim, "origin.bank.example.net"),
-            rec("t", "TXT", &owner_record_name(victim), &ownership_content("someone-else", T2)),
+            rec(
+                "t",
+                "TXT",
+                &owner_record_name(victim),
+                &ownership_content("someone-else", T2),
+            ),
         ],
-        vec![rec("t", "TXT", &owner_record_name(victim), &ownership_content("someone-else", T2))],
+        vec![rec(
+            "t",
+            "TXT",
+            &owner_record_name(victim),
+            &ownership_content("someone-else", T2),
+        )],
         vec![rec("x", "A", victim, "192.0.2.7")],
         vec![rec("x", "MX", victim, "10 mail.example.net")],
     ];
@@ -344,11 +388,23 @@ fn ownership_text_round_trips_and_rejects_other_text() {
         format!("\"heritage=tunnel-gateway,tunnel-gateway/owner=prod,tunnel-gateway/tunnel={T1}\"")
     );
     assert_eq!(parse_ownership(&c), Some(("prod".into(), T1.into())));
-    assert_eq!(parse_ownership(c.trim_matches('"')), Some(("prod".into(), T1.into())));
-    assert_eq!(parse_ownership("\"heritage=external-dns,external-dns/owner=prod\""), None);
+    assert_eq!(
+        parse_ownership(c.trim_matches('"')),
+        Some(("prod".into(), T1.into()))
+    );
+    assert_eq!(
+        parse_ownership("\"heritage=external-dns,external-dns/owner=prod\""),
+        None
+    );
     assert_eq!(parse_ownership("\"heritage=tunnel-gateway\""), None);
-    assert_eq!(host_of_owner_record("_tunnel-gateway-wildcard.example.com").as_deref(), Some("*.example.com"));
-    assert_eq!(host_of_owner_record("_tunnel-gateway.a.example.com").as_deref(), Some("a.example.com"));
+    assert_eq!(
+        host_of_owner_record("_tunnel-gateway-wildcard.example.com").as_deref(),
+        Some("*.example.com")
+    );
+    assert_eq!(
+        host_of_owner_record("_tunnel-gateway.a.example.com").as_deref(),
+        Some("a.example.com")
+    );
     assert_eq!(host_of_owner_record("a.example.com"), None);
     assert_eq!(zone_of("notexample.com", &zones()), None);
 }

@@ -201,9 +201,12 @@ fn resolve_class(
         ],
     );
     Ok(ClassSettings {
-        dns_owner: cfg.spec.dns.as_ref().filter(|d| d.enabled).map(|d| {
-            d.owner_id.clone().unwrap_or_else(|| cfg.name_any())
-        }),
+        dns_owner: cfg
+            .spec
+            .dns
+            .as_ref()
+            .filter(|d| d.enabled)
+            .map(|d| d.owner_id.clone().unwrap_or_else(|| cfg.name_any())),
         allow_shared_tunnels: cfg.spec.allow_shared_tunnels,
         max_per_namespace: cfg.spec.max_data_planes_per_namespace,
         tunnel_id: cfg.spec.tunnel_id.clone(),

@@ -93,7 +93,13 @@ async fn dns_records_created_never_overwritten_when_foreign_removed_when_unused(
 
     w.double.add_zone(&w.account, &zone).unwrap();
     w.double
-        .grant_dns(API_TOKEN, DnsGrant { zones: None, edit: true })
+        .grant_dns(
+            API_TOKEN,
+            DnsGrant {
+                zones: None,
+                edit: true,
+            },
+        )
         .unwrap();
     let foreign = w
         .double
@@ -126,11 +132,21 @@ spec:
     apply(&route(&ns, "taken", &[&taken])).await;
     apply(&route(&ns, "nozone", &[&nozone])).await;
     for r in ["app", "taken", "nozone"] {
-        wait_route_condition("httproute", &ns, r, "cf.k8s.lex.la/Published", "True", "Published")
-            .await;
+        wait_route_condition(
+            "httproute",
+            &ns,
+            r,
+            "cf.k8s.lex.la/Published",
+            "True",
+            "Published",
+        )
+        .await;
     }
     assert_eq!(dns_calls(), 0, "DNS is off: no call to /zones");
-    assert_eq!(route_condition("httproute", &ns, "app", DNS_RECORD).await, None);
+    assert_eq!(
+        route_condition("httproute", &ns, "app", DNS_RECORD).await,
+        None
+    );
     assert_eq!(records(&zone), vec![foreign.clone()]);
 
     // DNS on.
@@ -144,7 +160,10 @@ spec:
         (wild.as_str(), format!("_tunnel-gateway-wildcard.w.{zone}")),
     ] {
         let cname = find(&rs, "CNAME", host).unwrap_or_else(|| panic!("CNAME {host}: {rs:?}"));
-        assert_eq!((cname.content.as_str(), cname.proxied), (target.as_str(), true));
+        assert_eq!(
+            (cname.content.as_str(), cname.proxied),
+            (target.as_str(), true)
+        );
         let txt = find(&rs, "TXT", &txt_name).unwrap_or_else(|| panic!("TXT {txt_name}: {rs:?}"));
         assert!(
             txt.content.contains("heritage=tunnel-gateway") && txt.content.contains(&owner),
@@ -153,20 +172,44 @@ spec:
     }
 
     // The foreign record: reported on the route, with a Warning Event, and left as it was.
-    let msg =
-        wait_route_condition("httproute", &ns, "taken", DNS_RECORD, "False", "RecordOwnedElsewhere")
-            .await;
-    assert!(msg.contains(&taken) && msg.contains("origin.other.example.net"), "{msg}");
+    let msg = wait_route_condition(
+        "httproute",
+        &ns,
+        "taken",
+        DNS_RECORD,
+        "False",
+        "RecordOwnedElsewhere",
+    )
+    .await;
+    assert!(
+        msg.contains(&taken) && msg.contains("origin.other.example.net"),
+        "{msg}"
+    );
     eventually("a RecordOwnedElsewhere Event", WAIT, || async {
-        let ev = kubectl(&["get", "events", "-n", &ns, "-o", "jsonpath={.items[*].reason}"]).await;
-        if ev.contains("RecordOwnedElsewhere") { Ok(()) } else { Err(ev) }
+        let ev = kubectl(&[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+        .await;
+        if ev.contains("RecordOwnedElsewhere") {
+            Ok(())
+        } else {
+            Err(ev)
+        }
     })
     .await;
     let msg = wait_route_condition("httproute", &ns, "nozone", DNS_RECORD, "False", "NoZone").await;
     assert!(msg.contains(&nozone), "{msg}");
     let rs = records(&zone);
     assert_eq!(find(&rs, "CNAME", &taken), Some(&foreign));
-    assert!(find(&rs, "TXT", &format!("_tunnel-gateway.{taken}")).is_none(), "{rs:?}");
+    assert!(
+        find(&rs, "TXT", &format!("_tunnel-gateway.{taken}")).is_none(),
+        "{rs:?}"
+    );
 
     let metrics = reqwest::get(format!("http://{}/metrics", leader_metrics().await))
         .await
@@ -183,7 +226,9 @@ spec:
     kubectl(&["delete", "httproute", "app", "-n", &ns]).await;
     eventually("app's records deleted", WAIT, || async {
         let rs = records(&zone);
-        if rs.iter().any(|r| r.name.contains(&format!("app.{zone}")) || r.name.contains(&format!("w.{zone}"))) {
+        if rs.iter().any(|r| {
+            r.name.contains(&format!("app.{zone}")) || r.name.contains(&format!("w.{zone}"))
+        }) {
             Err(format!("{rs:?}"))
         } else {
             Ok(())
