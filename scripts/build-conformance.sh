@@ -25,11 +25,8 @@ if [ -x "$OUT/conformance.test" ]; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH"
-export GOTOOLCHAIN=local GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0
-# The module proxy is reachable; the checksum database may not be. go.sum pins the sums.
-export GOSUMDB=${GOSUMDB_OVERRIDE:-off}
-export GOPATH=${GOPATH:-$HOME/go}
+. "$ROOT/scripts/lib/go.sh"
+go_env build-conformance
 
 rm -rf "$OUT.tmp"
 mkdir -p "$OUT.tmp"

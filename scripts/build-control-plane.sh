@@ -22,17 +22,13 @@ if [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && [ -x
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (need Go >= 1.26; install the 'golang' toolchain or put go on PATH)"
+. "$(dirname "$0")/lib/go.sh"
+go_env build-control-plane
 GOV=$(go env GOVERSION)
 case "$GOV" in
   go1.2[6-9]*|go1.[3-9]*) ;;
   *) die "Go $GOV is too old: Kubernetes ${K8S_VERSION} needs Go >= 1.26" ;;
 esac
-
-export GOTOOLCHAIN=local GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0
-# The module proxy is reachable; the checksum database may not be. Trust the proxy's checksums.
-export GOSUMDB=${GOSUMDB_OVERRIDE:-off}
-export GOPATH=${GOPATH:-$HOME/go}
 
 STAGING="v0.${K8S_VERSION#v1.}"
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)

@@ -15,11 +15,9 @@ if [ -x "$OUT/informer" ]; then
   echo "$OUT/informer"
   exit 0
 fi
-command -v go >/dev/null 2>&1 || { echo "build-informer: no Go toolchain on PATH" >&2; exit 1; }
-# As scripts/build-control-plane.sh: only the module proxy is reachable; trust its checksums
-# (go.sum pins them).
-export GOTOOLCHAIN=local GOFLAGS="-modcacherw -buildvcs=false -mod=readonly" CGO_ENABLED=0
-export GOSUMDB=${GOSUMDB_OVERRIDE:-off}
+. "$(dirname "$0")/lib/go.sh"
+go_env build-informer
+GOFLAGS="$GOFLAGS -mod=readonly"
 mkdir -p "$OUT.tmp"
 (cd "$SRC" && go build -o "$OUT.tmp/informer" .) >&2
 rm -rf "$OUT"

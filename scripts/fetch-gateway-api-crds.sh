@@ -3,8 +3,8 @@
 # taken from the sigs.k8s.io/gateway-api Go module (module proxy, cached in the Go module cache).
 set -euo pipefail
 GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.5.1}
-command -v go >/dev/null 2>&1 || { echo "fetch-gateway-api-crds: no Go toolchain on PATH" >&2; exit 1; }
-export GOTOOLCHAIN=local GOFLAGS=-modcacherw GOSUMDB=${GOSUMDB_OVERRIDE:-off}
+. "$(dirname "$0")/lib/go.sh"
+go_env fetch-gateway-api-crds
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 printf 'module example.invalid/gwapi\n\ngo 1.26.0\n' > go.mod

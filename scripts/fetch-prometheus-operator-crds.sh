@@ -10,8 +10,8 @@ CRDS=(servicemonitors podmonitors prometheusrules)
 cache=${KUBE_TENANCY_CACHE:-$HOME/.cache/kube-tenancy}/prometheus-operator-crds/$PROMETHEUS_OPERATOR_VERSION
 complete() { for c in "${CRDS[@]}"; do [ -s "$cache/monitoring.coreos.com_$c.yaml" ] || return 1; done; }
 if ! complete; then
-  command -v go >/dev/null 2>&1 || { echo "fetch-prometheus-operator-crds: no Go toolchain on PATH" >&2; exit 1; }
-  export GOTOOLCHAIN=local GOFLAGS=-modcacherw GOSUMDB=${GOSUMDB_OVERRIDE:-off}
+  . "$(dirname "$0")/lib/go.sh"
+  go_env fetch-prometheus-operator-crds
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   cd "$tmp"
   printf 'module example.invalid/promop\n\ngo 1.26.0\n' > go.mod

@@ -43,20 +43,7 @@ pub fn crd_dir() -> Result<PathBuf, Error> {
 
 /// Every standard-channel manifest, concatenated as one multi-document YAML.
 pub fn standard_manifests() -> Result<String, Error> {
-    let dir = crd_dir()?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::io(&dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .filter(|p| !p.ends_with("kustomization.yaml"))
-        .collect();
-    files.sort();
-    let mut all = String::new();
-    for f in files {
-        all.push_str(&std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?);
-        all.push_str("\n---\n");
-    }
-    Ok(all)
+    crate::manifests::yaml_dir(&crd_dir()?)
 }
 
 /// Installs the Gateway API CRDs (and the upstream safe-upgrade admission policy) and waits

@@ -101,6 +101,24 @@ pub async fn wait_crds_established(
     Ok(())
 }
 
+/// Every `*.yaml` file of `dir` except `kustomization.yaml`, in name order, as one
+/// multi-document YAML.
+pub fn yaml_dir(dir: &std::path::Path) -> Result<String, Error> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| !p.ends_with("kustomization.yaml"))
+        .collect();
+    files.sort();
+    let mut all = String::new();
+    for f in files {
+        all.push_str(&std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?);
+        all.push_str("\n---\n");
+    }
+    Ok(all)
+}
+
 /// Applies YAML and waits for the CRDs among it to be established.
 pub async fn apply_crds_yaml(client: &kube::Client, yaml: &str) -> Result<Vec<String>, Error> {
     let applied = apply_yaml(client, yaml, "default").await?;

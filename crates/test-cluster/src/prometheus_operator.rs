@@ -18,17 +18,6 @@ pub fn crd_dir() -> Result<PathBuf, Error> {
 
 /// Installs the CRDs and waits until they are established. Returns their names.
 pub async fn install_crds(client: &kube::Client) -> Result<Vec<String>, Error> {
-    let dir = crd_dir()?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::io(&dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    let mut all = String::new();
-    for f in files {
-        all.push_str(&std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?);
-        all.push_str("\n---\n");
-    }
+    let all = crate::manifests::yaml_dir(&crd_dir()?)?;
     crate::manifests::apply_crds_yaml(client, &all).await
 }

@@ -26,7 +26,7 @@ use crate::dedicated::{AuthToken, Verification};
 use crate::dns::{DnsSync, HostVerdict};
 use crate::ingress;
 use crate::keys::{ObjKey, PartitionKey};
-use crate::metrics::{KindLabel, Metrics, PushLabels, StatusLabel, TunnelLabel};
+use crate::metrics::{KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, TunnelLabel};
 use crate::model::{self, Model, Plane, Settings};
 use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
@@ -73,6 +73,8 @@ pub struct Controller {
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
+    /// The refusal reasons the last round published (a reason gone is set to 0, not dropped).
+    refusal_reasons: std::sync::Mutex<BTreeSet<String>>,
     changed: Arc<Notify>,
 }
 
@@ -113,6 +115,7 @@ impl Controller {
             burst_since: std::sync::Mutex::default(),
             last_tunnels: std::sync::Mutex::default(),
             metrics: p.metrics,
+            refusal_reasons: std::sync::Mutex::default(),
             changed: p.changed,
         }
     }
@@ -202,6 +205,8 @@ impl Controller {
         let snap = self.stores.snapshot();
         let mut outcome = Outcome::default();
         let model = self.model(&snap, &mut outcome).await;
+        self.publish_tallies(&model);
+        let modelled = started.elapsed();
         let mut effects = Effects::default();
         let mut notices = Vec::new();
 
@@ -275,6 +280,7 @@ impl Controller {
             }
         }
         self.tunnels.retain(|t| model.tunnels.contains_key(t)).await;
+        let synced = started.elapsed();
 
         // Partitions.
         {
@@ -315,6 +321,8 @@ impl Controller {
             planes.retain(|k| model.partitions.contains_key(k));
         }
 
+        let pushed = started.elapsed();
+
         // Statuses.
         let (writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
         notices.extend(more);
@@ -350,6 +358,9 @@ impl Controller {
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(
             elapsed_ms = started.elapsed().as_millis() as u64,
+            model_ms = modelled.as_millis() as u64,
+            planes_and_tunnels_ms = (synced - modelled).as_millis() as u64,
+            pushes_ms = (pushed - synced).as_millis() as u64,
             gateways = model.gateways.len(),
             routes = model.routes.len(),
             writes = writes.len(),
@@ -454,6 +465,32 @@ impl Controller {
         }
         self.dns.retain(&owners.keys().cloned().collect()).await;
         by_gateway
+    }
+
+    fn publish_tallies(&self, model: &Model) {
+        let tallies = model.parent_tallies();
+        let mut last = self
+            .refusal_reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in last.iter().filter(|r| !tallies.refused.contains_key(*r)) {
+            self.metrics
+                .refused_parents
+                .get_or_create(&ReasonLabel {
+                    reason: gone.clone(),
+                })
+                .set(0);
+        }
+        for (reason, n) in &tallies.refused {
+            self.metrics
+                .refused_parents
+                .get_or_create(&ReasonLabel {
+                    reason: reason.clone(),
+                })
+                .set(*n);
+        }
+        *last = tallies.refused.into_keys().collect();
+        self.metrics.shadowed_parents.set(tallies.shadowed);
     }
 
     fn count(&self, kind: &'static str, ok: bool) {

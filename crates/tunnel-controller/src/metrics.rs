@@ -27,6 +27,11 @@ pub struct KindLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct PushLabels {
     pub partition: String,
     pub result: &'static str,
@@ -49,6 +54,11 @@ pub struct Metrics {
     pub pushes: Family<PushLabels, Counter>,
     /// DNS record changes by outcome (`created`, `updated`, `deleted`, `failed`, `refused`).
     pub dns_changes: Family<crate::dns::OutcomeLabel, Counter>,
+    /// Route parents not accepted, by reason (`HostnameNotPermitted`, `NotAllowedByListeners`,
+    /// `TunnelClaimRejected`, ...), as of the last round; a reason no longer seen reads 0.
+    pub refused_parents: Family<ReasonLabel, Gauge>,
+    /// Route parents losing requests to a route of another namespace, as of the last round.
+    pub shadowed_parents: Gauge,
 }
 
 impl Metrics {
@@ -63,6 +73,8 @@ impl Metrics {
             reconcile_errors: Family::default(),
             pushes: Family::default(),
             dns_changes: Family::default(),
+            refused_parents: Family::default(),
+            shadowed_parents: Gauge::default(),
         };
         registry.register(
             "cftunnel_sync_duration_seconds",
@@ -93,6 +105,16 @@ impl Metrics {
             "cftunnel_dns_record_changes",
             "DNS record changes by outcome (created, updated, deleted, failed; refused: a hostname whose record is owned elsewhere)",
             m.dns_changes.clone(),
+        );
+        registry.register(
+            "cftunnel_route_parents_refused",
+            "Route parents (a route on one Gateway) not accepted, by reason",
+            m.refused_parents.clone(),
+        );
+        registry.register(
+            "cftunnel_route_parents_shadowed",
+            "Route parents losing requests to a route of another namespace (RouteShadowed)",
+            m.shadowed_parents.clone(),
         );
         m
     }

@@ -14,6 +14,7 @@
 //!
 //! Routes of one namespace are one tenant's business and are not reported.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use tunnel_config::config::{self, PathMatchType};
@@ -60,16 +61,55 @@ impl fmt::Display for How {
 pub fn shadows(routes: &[config::Route]) -> Vec<Shadow> {
     let views: Vec<View> = routes.iter().map(View::of).collect();
     let mut out = Vec::new();
-    for (i, a) in views.iter().enumerate() {
-        for (j, b) in views.iter().enumerate().skip(i + 1) {
-            if a.namespace == b.namespace {
-                continue;
+    for (i, j) in candidates(&views) {
+        let (a, b) = (&views[i], &views[j]);
+        if let Some(s) = pair(i, a, j, b) {
+            out.push(s);
+        }
+        if let Some(s) = pair_nested(j, b, i, a) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The pairs `(i, j)`, `i < j`, of routes of different namespaces that can collide: they share a
+/// hostname, or one serves a hostname that a wildcard of the other (or any hostname) covers.
+/// Found through an index by hostname, so a round costs about the number of such pairs, not
+/// the square of the table (3,000 routes were 4.5 million pair checks a round).
+fn candidates(views: &[View]) -> BTreeSet<(usize, usize)> {
+    let mut by_host: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, v) in views.iter().enumerate() {
+        for h in &v.hosts {
+            by_host.entry(h).or_default().push(i);
+        }
+    }
+    let mut out = BTreeSet::new();
+    let mut add = |x: usize, y: usize| {
+        if x != y && views[x].namespace != views[y].namespace {
+            out.insert((x.min(y), x.max(y)));
+        }
+    };
+    for list in by_host.values() {
+        for (k, &x) in list.iter().enumerate() {
+            for &y in &list[k + 1..] {
+                add(x, y);
             }
-            if let Some(s) = pair(i, a, j, b) {
-                out.push(s);
+        }
+    }
+    let any = by_host.get("*").map(Vec::as_slice).unwrap_or_default();
+    for (w, v) in views.iter().enumerate() {
+        for h in v.hosts.iter().filter(|h| *h != "*") {
+            for &l in any {
+                add(w, l);
             }
-            if let Some(s) = pair_nested(j, b, i, a) {
-                out.push(s);
+            // `*.suffix` covers `h` exactly when `.suffix` ends `h` after at least one label.
+            for (dot, _) in h.match_indices('.') {
+                if let Some(list) = by_host.get(format!("*{}", &h[dot..]).as_str()) {
+                    for &l in list {
+                        add(w, l);
+                    }
+                }
             }
         }
     }
@@ -412,5 +452,54 @@ mod tests {
             got[0].how,
             same("h.example", "path prefix /, header x-a=1, header x-b=2")
         );
+    }
+
+    /// The index must find exactly what comparing every pair finds, in the same order.
+    #[test]
+    fn index_finds_what_every_pair_finds() {
+        let hosts = [
+            "a.example",
+            "x.a.example",
+            "*.a.example",
+            "y.x.a.example",
+            "*.x.a.example",
+            "*.example",
+            "b.example",
+            "A.Example.",
+        ];
+        let paths = ["/", "/api", "/web"];
+        // A fixed pseudo-random table: namespaces, hostnames (none = any) and paths vary.
+        let mut seed = 7u32;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (seed >> 16) as usize % n
+        };
+        let mut routes = Vec::new();
+        for k in 0..120 {
+            let ns = ["t1", "t2", "t3"][next(3)];
+            let hs: Vec<&str> = (0..next(3)).map(|_| hosts[next(hosts.len())]).collect();
+            let ps = [paths[next(paths.len())]];
+            routes.push(if next(6) == 0 {
+                grpc(&format!("{ns}/g{k}"), &hs)
+            } else {
+                http(&format!("{ns}/r{k}"), &hs, &ps)
+            });
+        }
+        let views: Vec<View> = routes.iter().map(View::of).collect();
+        let mut every_pair = Vec::new();
+        for (i, a) in views.iter().enumerate() {
+            for (j, b) in views.iter().enumerate().skip(i + 1) {
+                if a.namespace != b.namespace {
+                    every_pair.extend(pair(i, a, j, b));
+                    every_pair.extend(pair_nested(j, b, i, a));
+                }
+            }
+        }
+        assert!(
+            every_pair.len() > 100,
+            "the table collides: {}",
+            every_pair.len()
+        );
+        assert_eq!(shadows(&routes), every_pair);
     }
 }

@@ -198,3 +198,95 @@ pub struct Model {
     /// own credentials may add more).
     pub dns_scopes: Vec<DnsScope>,
 }
+
+/// How many route parents (a route on one Gateway) the model refuses, by the reason of their
+/// `Accepted=False`, and how many lose requests to a route of another namespace
+/// ([`ROUTE_SHADOWED`]): what `cftunnel_route_parents_refused` and
+/// `cftunnel_route_parents_shadowed` publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParentTallies {
+    pub refused: BTreeMap<String, i64>,
+    pub shadowed: i64,
+}
+
+impl Model {
+    pub fn parent_tallies(&self) -> ParentTallies {
+        let mut t = ParentTallies::default();
+        for verdict in self
+            .routes
+            .iter()
+            .flat_map(|r| &r.parents)
+            .flat_map(|p| &p.verdicts)
+        {
+            match (verdict.type_.as_str(), verdict.status) {
+                ("Accepted", false) => *t.refused.entry(verdict.reason.clone()).or_default() += 1,
+                (ROUTE_SHADOWED, true) => t.shadowed += 1,
+                _ => {}
+            }
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::RouteKind;
+
+    fn route(name: &str, verdicts: &[Vec<Verdict>]) -> RouteOutcome {
+        let key = ObjKey {
+            namespace: "t".into(),
+            name: name.into(),
+        };
+        RouteOutcome {
+            id: RouteId {
+                kind: RouteKind::Http,
+                key: key.clone(),
+            },
+            generation: None,
+            resource_version: None,
+            current_parents: vec![],
+            parents: verdicts
+                .iter()
+                .map(|v| ParentOutcome {
+                    parent_ref: ParentRef::to_gateway(&key, None, None),
+                    gateway: key.clone(),
+                    verdicts: v.clone(),
+                    hostnames: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn tallies_count_each_refused_or_shadowed_parent() {
+        let accepted = Verdict::new("Accepted", true, "Accepted", "");
+        let not = |reason: &str| Verdict::new("Accepted", false, reason, "");
+        let resolved = Verdict::new("ResolvedRefs", false, "BackendNotFound", "");
+        let shadowed = Verdict::new(ROUTE_SHADOWED, true, "ShadowedByOtherNamespace", "");
+        let model = Model {
+            routes: vec![
+                route(
+                    "a",
+                    &[
+                        vec![not(HOSTNAME_NOT_PERMITTED), resolved.clone()],
+                        vec![accepted.clone(), resolved, shadowed.clone()],
+                    ],
+                ),
+                route("b", &[vec![not(HOSTNAME_NOT_PERMITTED)]]),
+                route("c", &[vec![not("NotAllowedByListeners")]]),
+                route("d", &[vec![accepted, shadowed]]),
+            ],
+            ..Model::default()
+        };
+        let t = model.parent_tallies();
+        assert_eq!(
+            t.refused,
+            BTreeMap::from([
+                (HOSTNAME_NOT_PERMITTED.to_owned(), 2),
+                ("NotAllowedByListeners".to_owned(), 1),
+            ])
+        );
+        assert_eq!(t.shadowed, 2);
+    }
+}

@@ -63,20 +63,11 @@ async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     w.double.clear_faults();
     wait_route_condition("httproute", &ns, "late", "Accepted", "True", "Accepted").await;
 
-    let mut exported = monitoring_check::Exposition::default();
-    exported.add(&scrape(leader_metrics().await).await);
-    exported.add(&scrape(proxy.admin).await);
-    let dir = test_cluster::repo_root().join("deploy/tunnel-gateway/monitoring");
-    let monitoring = monitoring_check::manifests::load(&dir).unwrap();
-    let report = monitoring_check::check(&monitoring, &exported);
-    for (source, metric, labels) in &report.unverified {
-        eprintln!("not checked (no sample): {source}: {metric} {labels:?}");
-    }
-    assert!(
-        report.problems.is_empty(),
-        "queries of {} that the processes do not answer:\n{}",
-        dir.display(),
-        report.problems_text()
+    let controller = scrape(leader_metrics().await).await;
+    let plane = scrape(proxy.admin).await;
+    monitoring_check::assert_exported(
+        &test_cluster::repo_root().join("deploy/tunnel-gateway/monitoring"),
+        &[&controller, &plane],
+        20,
     );
-    assert!(report.selectors >= 20, "{} selectors", report.selectors);
 }

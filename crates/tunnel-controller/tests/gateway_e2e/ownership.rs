@@ -205,6 +205,18 @@ spec:
     })
     .await;
 
+    // The leader counts them for operators.
+    eventually("the refusals counted", WAIT, || async {
+        let n =
+            leader_series("cftunnel_route_parents_refused{reason=\"HostnameNotPermitted\"}").await;
+        if n >= attacks.len() as f64 {
+            Ok(())
+        } else {
+            Err(format!("{n} refused, {} attacks", attacks.len()))
+        }
+    })
+    .await;
+
     // Nothing of the refused routes reaches Cloudflare or a proxy.
     wait_hostname(&a_host, true).await;
     wait_hostname(&a_wild, true).await;
@@ -285,6 +297,21 @@ spec:
     )
     .await;
     assert!(m.contains(&format!("{b}/takeover")), "{m}");
+    let shadowed = leader_series("cftunnel_route_parents_shadowed").await;
+    assert!(shadowed >= 1.0, "{shadowed} shadowed route parents");
+}
+
+/// The value of one series on the leading controller's `/metrics` (0 when absent).
+async fn leader_series(series: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", leader_metrics().await))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test]
