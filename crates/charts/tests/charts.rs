@@ -27,6 +27,7 @@ gatewayClassConfig:
   maxDataPlanesPerNamespace: 2
   hostnameOwnership:
     delegations: [{namespaces: [team-a], hostnames: ["*.a.example.com"]}]
+  dns: {enabled: true, ownerId: cluster-1}
 hostnameOwnershipPolicy: {enabled: true}
 proxy:
   replicas: 4
@@ -228,6 +229,10 @@ fn tunnel_gateway_values_reach_the_objects() {
     assert_eq!(
         config["hostnameOwnership"]["delegations"][0]["namespaces"][0],
         "team-a"
+    );
+    assert_eq!(
+        config["dns"],
+        serde_json::json!({"enabled": true, "ownerId": "cluster-1"})
     );
     let binding = get(
         &objects,
@@ -471,6 +476,11 @@ fn bad_values_are_refused_with_the_field_named() {
             TUNNEL_GATEWAY,
             "gatewayClassConfig: {maxDataPlanesPerNamespace: 0}",
             "/gatewayClassConfig/maxDataPlanesPerNamespace",
+        ),
+        (
+            TUNNEL_GATEWAY,
+            "gatewayClassConfig: {dns: {enable: true}}",
+            "/gatewayClassConfig/dns",
         ),
         (
             TUNNEL_GATEWAY,

@@ -10,9 +10,17 @@ use serde::de::DeserializeOwned;
 use crate::error::{BuildError, Error};
 use crate::observe::{CallObserver, CallRecord, Resource};
 use crate::types::{
-    Account, Envelope, PutConfigurationBody, TokenVerification, Tunnel, TunnelConfig,
-    TunnelConfiguration,
+    Account, DnsRecord, Envelope, NewDnsRecord, PutConfigurationBody, RecordFilter,
+    TokenVerification, Tunnel, TunnelConfig, TunnelConfiguration, Zone,
 };
+
+/// A request body as JSON.
+fn encode<T: serde::Serialize>(body: &T) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(body).map_err(|e| Error::Decode {
+        status: 0,
+        detail: format!("encoding request body: {e}"),
+    })
+}
 
 /// The production API base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.cloudflare.com/client/v4";
@@ -24,7 +32,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// endpoint is not stated on the current page; 50 was the legacy documented maximum).
 pub const ACCOUNTS_PER_PAGE: u64 = 50;
 
-/// Upper bound on pages fetched by [`Client::list_accounts`], against a server that never ends.
+/// Page size used when listing zones (documented range 5..50).
+pub const ZONES_PER_PAGE: u64 = 50;
+
+/// Page size used when listing DNS records (documented default 100; larger pages mean fewer
+/// calls for big zones).
+pub const DNS_RECORDS_PER_PAGE: u64 = 1000;
+
+/// Upper bound on pages fetched by one list call, against a server that never ends.
 const MAX_PAGES: u64 = 100;
 
 /// Configures a [`Client`].
@@ -143,29 +158,128 @@ impl Client {
     /// Account-owned tokens are refused by this endpoint (HTTP 400, code 1001), which surfaces as
     /// [`Error::Invalid`]; such deployments must configure the account ID.
     pub async fn list_accounts(&self) -> Result<Vec<Account>, Error> {
-        let mut accounts = Vec::new();
+        self.list_all(&["accounts"], &[], ACCOUNTS_PER_PAGE, Resource::Accounts)
+            .await
+    }
+
+    /// `GET /zones?account.id=...`, every page: the zones of the account the token can see
+    /// (each as `{id, name, status, account{id, name}, ...}`).
+    ///
+    /// Doc: <https://developers.cloudflare.com/api/resources/zones/methods/list/> (`name`,
+    /// `account.id`, `page`, `per_page` 5..50).
+    pub async fn list_zones(&self, account_id: &str) -> Result<Vec<Zone>, Error> {
+        self.list_all(
+            &["zones"],
+            &[("account.id", account_id)],
+            ZONES_PER_PAGE,
+            Resource::Zones,
+        )
+        .await
+    }
+
+    /// `GET /zones/{zone_id}/dns_records`, every page, filtered by exact `name` and `type` when
+    /// given.
+    ///
+    /// Doc: <https://developers.cloudflare.com/api/resources/dns/subresources/records/methods/list/>.
+    pub async fn list_dns_records(
+        &self,
+        zone_id: &str,
+        filter: &RecordFilter,
+    ) -> Result<Vec<DnsRecord>, Error> {
+        let mut query = Vec::new();
+        if let Some(name) = &filter.name {
+            query.push(("name", name.as_str()));
+        }
+        if let Some(kind) = &filter.kind {
+            query.push(("type", kind.as_str()));
+        }
+        self.list_all(
+            &["zones", zone_id, "dns_records"],
+            &query,
+            DNS_RECORDS_PER_PAGE,
+            Resource::DnsRecords,
+        )
+        .await
+    }
+
+    /// `POST /zones/{zone_id}/dns_records`.
+    ///
+    /// Doc: <https://developers.cloudflare.com/api/resources/dns/subresources/records/methods/create/>.
+    /// A name already held by a conflicting record is refused (HTTP 400, codes 81053/81054).
+    pub async fn create_dns_record(
+        &self,
+        zone_id: &str,
+        record: &NewDnsRecord,
+    ) -> Result<DnsRecord, Error> {
+        let url = self.url(&["zones", zone_id, "dns_records"])?;
+        let body = encode(record)?;
+        self.result(Method::POST, url, Resource::DnsRecords, Some(body))
+            .await
+    }
+
+    /// `PATCH /zones/{zone_id}/dns_records/{dns_record_id}`: changes the fields given.
+    ///
+    /// Doc: <https://developers.cloudflare.com/api/resources/dns/subresources/records/methods/edit/>.
+    pub async fn update_dns_record(
+        &self,
+        zone_id: &str,
+        record_id: &str,
+        record: &NewDnsRecord,
+    ) -> Result<DnsRecord, Error> {
+        let url = self.url(&["zones", zone_id, "dns_records", record_id])?;
+        let body = encode(record)?;
+        self.result(Method::PATCH, url, Resource::DnsRecords, Some(body))
+            .await
+    }
+
+    /// `DELETE /zones/{zone_id}/dns_records/{dns_record_id}` (result `{id}`).
+    ///
+    /// Doc: <https://developers.cloudflare.com/api/resources/dns/subresources/records/methods/delete/>.
+    pub async fn delete_dns_record(&self, zone_id: &str, record_id: &str) -> Result<(), Error> {
+        let url = self.url(&["zones", zone_id, "dns_records", record_id])?;
+        let _: serde_json::Value = self
+            .result(Method::DELETE, url, Resource::DnsRecords, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Every page of a list endpoint (`page`, `per_page`; stops on `result_info.total_count`,
+    /// a short page, or [`MAX_PAGES`]).
+    async fn list_all<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        per_page: u64,
+        resource: Resource,
+    ) -> Result<Vec<T>, Error> {
+        let mut items = Vec::new();
         for page in 1..=MAX_PAGES {
-            let mut url = self.url(&["accounts"])?;
-            url.query_pairs_mut()
-                .append_pair("page", &page.to_string())
-                .append_pair("per_page", &ACCOUNTS_PER_PAGE.to_string());
-            let (_, env): (_, Envelope<Vec<Account>>) = self
-                .send(Method::GET, url, Resource::Accounts, None)
-                .await?;
+            let mut url = self.url(segments)?;
+            {
+                let mut pairs = url.query_pairs_mut();
+                for (k, v) in query {
+                    pairs.append_pair(k, v);
+                }
+                pairs
+                    .append_pair("page", &page.to_string())
+                    .append_pair("per_page", &per_page.to_string());
+            }
+            let (_, env): (_, Envelope<Vec<T>>) =
+                self.send(Method::GET, url, resource, None).await?;
             let info = env.result_info.clone();
             let batch = env.result.unwrap_or_default();
             let got = batch.len() as u64;
-            accounts.extend(batch);
+            items.extend(batch);
             let done = match info {
-                Some(info) if info.total_count > 0 => accounts.len() as u64 >= info.total_count,
+                Some(info) if info.total_count > 0 => items.len() as u64 >= info.total_count,
                 Some(info) if info.per_page > 0 => got < info.per_page,
                 _ => true,
             };
             if done || got == 0 {
-                return Ok(accounts);
+                return Ok(items);
             }
         }
-        Ok(accounts)
+        Ok(items)
     }
 
     /// `GET /user/tokens/verify`: verifies a user-owned token.
@@ -238,11 +352,7 @@ impl Client {
         config: &TunnelConfig,
     ) -> Result<TunnelConfiguration, Error> {
         let url = self.config_url(account_id, tunnel_id)?;
-        let body =
-            serde_json::to_vec(&PutConfigurationBody { config }).map_err(|e| Error::Decode {
-                status: 0,
-                detail: format!("encoding request body: {e}"),
-            })?;
+        let body = encode(&PutConfigurationBody { config })?;
         self.result(Method::PUT, url, Resource::TunnelConfigurations, Some(body))
             .await
     }
@@ -301,7 +411,13 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<(u16, Envelope<T>), Error> {
         let started = Instant::now();
-        let method_label = if method == Method::PUT { "PUT" } else { "GET" };
+        let method_label = match method {
+            Method::PUT => "PUT",
+            Method::POST => "POST",
+            Method::PATCH => "PATCH",
+            Method::DELETE => "DELETE",
+            _ => "GET",
+        };
         let outcome = self.attempt(method, url, body).await;
         let (status, result) = match outcome {
             Ok((status, env)) => (Some(status), Ok((status, env))),

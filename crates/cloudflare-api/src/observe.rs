@@ -27,6 +27,10 @@ pub enum Resource {
     TunnelToken,
     /// `GET|PUT /accounts/{id}/cfd_tunnel/{id}/configurations`.
     TunnelConfigurations,
+    /// `GET /zones`.
+    Zones,
+    /// `GET|POST|PATCH|DELETE /zones/{id}/dns_records[/{id}]`.
+    DnsRecords,
 }
 
 impl Resource {
@@ -38,6 +42,8 @@ impl Resource {
             Resource::Tunnel => "tunnel",
             Resource::TunnelToken => "tunnel_token",
             Resource::TunnelConfigurations => "tunnel_configurations",
+            Resource::Zones => "zones",
+            Resource::DnsRecords => "dns_records",
         }
     }
 }
@@ -45,7 +51,7 @@ impl Resource {
 /// What happened on one HTTP attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallRecord {
-    /// `GET` or `PUT`.
+    /// `GET`, `PUT`, `POST`, `PATCH` or `DELETE`.
     pub method: &'static str,
     /// Which resource.
     pub resource: Resource,

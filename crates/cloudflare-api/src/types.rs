@@ -192,6 +192,71 @@ pub struct TunnelConfiguration {
     pub extra: Map<String, Value>,
 }
 
+/// A zone, as listed by `GET /zones` (doc: `.../api/resources/zones/methods/list/`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Zone {
+    /// Zone identifier (32 hex characters).
+    pub id: String,
+    /// The domain name (`example.com`).
+    pub name: String,
+    /// `active`, `pending`, `initializing`, `moved`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Other fields (account, name_servers, plan, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A DNS record (doc: `.../api/resources/dns/subresources/records/methods/list/`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct DnsRecord {
+    /// Record identifier (32 hex characters).
+    pub id: String,
+    /// Fully qualified name, lower-case, without a trailing dot (`*.example.com` for wildcards).
+    pub name: String,
+    /// `A`, `AAAA`, `CNAME`, `TXT`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The record's value (a CNAME's target; a TXT's text, quotes included).
+    #[serde(default)]
+    pub content: String,
+    /// Whether traffic goes through Cloudflare's proxy.
+    #[serde(default)]
+    pub proxied: Option<bool>,
+    /// Other fields (ttl, comment, zone_id, created_on, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The body of a DNS record create or PATCH.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NewDnsRecord {
+    /// Record type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Fully qualified name.
+    pub name: String,
+    /// The value.
+    pub content: String,
+    /// Proxied through Cloudflare (CNAME/A/AAAA only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxied: Option<bool>,
+    /// Time to live in seconds; 1 means automatic (the only value of proxied records).
+    pub ttl: u32,
+    /// Free-text comment shown in the dashboard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// Exact-match filters of `GET /zones/{id}/dns_records`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only records with this name.
+    pub name: Option<String>,
+    /// Only records of this type.
+    pub kind: Option<String>,
+}
+
 /// The body of `PUT .../configurations`.
 #[derive(Debug, Serialize)]
 pub(crate) struct PutConfigurationBody<'a> {

@@ -633,3 +633,177 @@ async fn builder_refuses_bad_settings() {
     assert!(Client::builder("bad\ntoken").build().is_err());
     assert!(Client::builder("t").build().is_ok());
 }
+
+fn cname(name: &str, target: &str) -> cloudflare_api::NewDnsRecord {
+    cloudflare_api::NewDnsRecord {
+        kind: "CNAME".into(),
+        name: name.into(),
+        content: target.into(),
+        proxied: Some(true),
+        ttl: 1,
+        comment: None,
+    }
+}
+
+#[tokio::test]
+async fn dns_records_lifecycle_pagination_and_conflicts() {
+    use cloudflare_api::RecordFilter;
+    use cloudflare_double::DnsGrant;
+    let w = world().await;
+    let zone = w.double.add_zone(&w.account_a, "example.com").unwrap();
+    w.double.add_zone(&w.account_b, "example.org").unwrap();
+    w.double
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: None,
+                edit: true,
+            },
+        )
+        .unwrap();
+    let c = client(&w, TOKEN_A);
+
+    // The token sees its account's zone only.
+    let zones = c.list_zones(&w.account_a).await.unwrap();
+    assert_eq!(zones.len(), 1);
+    assert_eq!(
+        (zones[0].id.as_str(), zones[0].name.as_str()),
+        (zone.as_str(), "example.com")
+    );
+
+    // Create, list by name, PATCH, delete.
+    let made = c
+        .create_dns_record(&zone, &cname("app.example.com", "t.cfargotunnel.com"))
+        .await
+        .unwrap();
+    assert_eq!((made.kind.as_str(), made.proxied), ("CNAME", Some(true)));
+    let found = c
+        .list_dns_records(
+            &zone,
+            &RecordFilter {
+                name: Some("app.example.com".into()),
+                kind: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(found, vec![made.clone()]);
+    let changed = c
+        .update_dns_record(
+            &zone,
+            &made.id,
+            &cname("app.example.com", "u.cfargotunnel.com"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed.content, "u.cfargotunnel.com");
+
+    // A second CNAME, an A record or a TXT at the same name are refused with the API's codes.
+    let err = c
+        .create_dns_record(&zone, &cname("app.example.com", "v.cfargotunnel.com"))
+        .await
+        .unwrap_err();
+    assert!(err.has_code(81053), "{err}");
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    let mut txt = cname("app.example.com", "\"hello\"");
+    txt.kind = "TXT".into();
+    txt.proxied = None;
+    let err = c.create_dns_record(&zone, &txt).await.unwrap_err();
+    assert!(err.has_code(81054), "{err}");
+    // A TXT cannot be proxied (9004).
+    txt.name = "_owner.app.example.com".into();
+    txt.proxied = Some(true);
+    let err = c.create_dns_record(&zone, &txt).await.unwrap_err();
+    assert!(err.has_code(9004), "{err}");
+
+    // Wildcards are names like any other; many records page through.
+    c.create_dns_record(&zone, &cname("*.example.com", "t.cfargotunnel.com"))
+        .await
+        .unwrap();
+    for i in 0..1005 {
+        let mut t = txt.clone();
+        t.name = format!("r{i}.example.com");
+        t.content = format!("\"{i}\"");
+        t.proxied = None;
+        c.create_dns_record(&zone, &t).await.unwrap();
+    }
+    let all = c
+        .list_dns_records(&zone, &RecordFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1007);
+    let list_calls = w
+        .double
+        .calls()
+        .iter()
+        .filter(|call| call.method == "GET" && call.path.ends_with("/dns_records"))
+        .count();
+    assert_eq!(list_calls, 3, "one filtered list, then two pages of 1000");
+    c.delete_dns_record(&zone, &made.id).await.unwrap();
+    let err = c.delete_dns_record(&zone, &made.id).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn dns_permissions_are_enforced_per_zone() {
+    use cloudflare_api::RecordFilter;
+    use cloudflare_double::DnsGrant;
+    let w = world().await;
+    let a = w.double.add_zone(&w.account_a, "a.example").unwrap();
+    let b = w.double.add_zone(&w.account_a, "b.example").unwrap();
+    let other = w.double.add_zone(&w.account_b, "other.example").unwrap();
+    let c = client(&w, TOKEN_A);
+
+    // No grant: no zone is visible and records are refused as auth errors.
+    assert!(c.list_zones(&w.account_a).await.unwrap().is_empty());
+    let err = c
+        .list_dns_records(&a, &RecordFilter::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+
+    // DNS Read on a.example: it lists, cannot write; b.example stays invisible.
+    w.double
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: Some(vec!["a.example".into()]),
+                edit: false,
+            },
+        )
+        .unwrap();
+    let zones = c.list_zones(&w.account_a).await.unwrap();
+    assert_eq!(
+        zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(),
+        ["a.example"]
+    );
+    c.list_dns_records(&a, &RecordFilter::default())
+        .await
+        .unwrap();
+    let err = c
+        .create_dns_record(&a, &cname("x.a.example", "t.cfargotunnel.com"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    let err = c
+        .list_dns_records(&b, &RecordFilter::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    // Another account's zone, even with a grant for every zone, is refused.
+    w.double
+        .grant_dns(
+            TOKEN_A,
+            DnsGrant {
+                zones: None,
+                edit: true,
+            },
+        )
+        .unwrap();
+    let err = c
+        .list_dns_records(&other, &RecordFilter::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(w.double.dns_records()["other.example"].is_empty());
+}

@@ -7,6 +7,10 @@
 //! | `POST /accounts {"id"?, "name"}` | creates an account → `{"id"}` |
 //! | `POST /tunnels {"account_id", "id"?, "name", "secret"?}` | creates a tunnel → `{account_id, tunnel_id, token}` |
 //! | `POST /tokens {"value", "accounts": [..]}` or `{"value", "account"}` | registers a user- or account-owned API token |
+//! | `POST /zones {"account_id", "id"?, "name"}` | creates a zone → `{"id"}` |
+//! | `POST /dns_grants {"token", "zones"?, "edit"}` | gives an API token DNS Read (or Edit) on zones |
+//! | `POST /dns_records {"zone", "type", "name", "content", "proxied"?}` | adds a record as the dashboard would → the record |
+//! | `GET /dns_records` | `{zone name: [records]}` |
 //! | `POST /faults {"method"?, "path", "times"?, "fault"}` | `fault`: `{"status":503}`, `{"rate_limited":{"retry_after_secs":2}}`, `"malformed"`, `"hang"`, `"close"` |
 //! | `DELETE /faults` | clears faults |
 //! | `GET /calls` | the call log `[{method, path, query, status}]` |
@@ -65,6 +69,32 @@ struct NewToken {
     account: Option<String>,
 }
 
+#[derive(Deserialize)]
+struct NewZone {
+    account_id: String,
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct NewGrant {
+    token: String,
+    #[serde(flatten)]
+    grant: crate::dns::DnsGrant,
+}
+
+#[derive(Deserialize)]
+struct NewRecord {
+    zone: String,
+    #[serde(rename = "type")]
+    kind: String,
+    name: String,
+    content: String,
+    #[serde(default)]
+    proxied: bool,
+}
+
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
     serde_json::from_slice(body).map_err(|e| bad(400, &format!("bad JSON body: {e}")))
 }
@@ -99,6 +129,25 @@ pub(crate) fn handle(world: &Shared, method: &str, path: &str, body: &[u8]) -> R
                 Err(e) => control(&e),
             }
         }),
+        ("POST", "/zones") => parse::<NewZone>(body).map(|z| {
+            match lock(world).add_zone(&z.account_id, z.id.as_deref(), &z.name) {
+                Ok(id) => ok(json!({"id": id})),
+                Err(e) => control(&e),
+            }
+        }),
+        ("POST", "/dns_grants") => {
+            parse::<NewGrant>(body).map(|g| match lock(world).grant_dns(&g.token, g.grant) {
+                Ok(()) => ok(json!({})),
+                Err(e) => control(&e),
+            })
+        }
+        ("POST", "/dns_records") => parse::<NewRecord>(body).map(|r| {
+            match lock(world).add_record(&r.zone, &r.kind, &r.name, &r.content, r.proxied) {
+                Ok(rec) => ok(json!(rec)),
+                Err(e) => control(&e),
+            }
+        }),
+        ("GET", "/dns_records") => Ok(ok(json!(lock(world).records()))),
         ("POST", "/faults") => parse::<FaultRule>(body).map(|rule| {
             lock(world).faults.push(rule);
             ok(json!({}))

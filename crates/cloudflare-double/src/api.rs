@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use crate::dns;
 use crate::state::{Fault, TokenScope, TunnelRec, World, is_account_id, is_uuid, now_rfc3339};
 use crate::validate::{CODE_BAD_CONFIGURATION, validate_config};
 
@@ -53,7 +54,7 @@ pub fn failure(status: u16, errors: Vec<Value>) -> Reply {
     }
 }
 
-fn success(result: Value) -> Reply {
+pub(crate) fn success(result: Value) -> Reply {
     Reply {
         status: 200,
         headers: vec![],
@@ -117,6 +118,15 @@ pub(crate) fn handle(
     let route = match (method, segs.as_slice()) {
         ("GET", ["accounts"]) => Route::Accounts,
         ("GET", ["user", "tokens", "verify"]) => Route::VerifyUser,
+        ("GET", ["zones"]) => Route::Zones,
+        ("GET", ["zones", z, "dns_records"]) if is_account_id(z) => Route::ListRecords(z),
+        ("POST", ["zones", z, "dns_records"]) if is_account_id(z) => Route::CreateRecord(z),
+        ("PATCH", ["zones", z, "dns_records", r]) if is_account_id(z) && is_account_id(r) => {
+            Route::PatchRecord(z, r)
+        }
+        ("DELETE", ["zones", z, "dns_records", r]) if is_account_id(z) && is_account_id(r) => {
+            Route::DeleteRecord(z, r)
+        }
         ("GET", ["accounts", a, "tokens", "verify"]) if is_account_id(a) => Route::VerifyAccount(a),
         (m, ["accounts", a, "cfd_tunnel", t, rest @ ..]) if is_account_id(a) && is_uuid(t) => {
             match (m, rest) {
@@ -142,6 +152,8 @@ pub(crate) fn handle(
     };
     let scope = rec.scope.clone();
     let token_id = rec.id.clone();
+    let grant = rec.dns.clone();
+    let grant = grant.as_ref();
     let account_owned = matches!(scope, TokenScope::Account(_));
 
     if let Some(account) = route.account()
@@ -186,6 +198,11 @@ pub(crate) fn handle(
             with_tunnel(world, a, t, |acct, tun| success(configuration(acct, tun)))
         }
         Route::PutConfig(a, t) => put_config(world, a, t, body),
+        Route::Zones => dns::list_zones(world, &scope, grant, query),
+        Route::ListRecords(z) => dns::list_records(world, &scope, grant, z, query, full_path),
+        Route::CreateRecord(z) => dns::create_record(world, &scope, grant, z, body, full_path),
+        Route::PatchRecord(z, r) => dns::patch_record(world, &scope, grant, z, r, body, full_path),
+        Route::DeleteRecord(z, r) => dns::delete_record(world, &scope, grant, z, r, full_path),
     }
 }
 
@@ -197,12 +214,24 @@ enum Route<'a> {
     TunnelToken(&'a str, &'a str),
     GetConfig(&'a str, &'a str),
     PutConfig(&'a str, &'a str),
+    Zones,
+    ListRecords(&'a str),
+    CreateRecord(&'a str),
+    PatchRecord(&'a str, &'a str),
+    DeleteRecord(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
     fn account(&self) -> Option<&'a str> {
         match *self {
-            Route::Accounts | Route::VerifyUser => None,
+            // Zones carry their account: the DNS handlers check it.
+            Route::Accounts
+            | Route::VerifyUser
+            | Route::Zones
+            | Route::ListRecords(_)
+            | Route::CreateRecord(_)
+            | Route::PatchRecord(..)
+            | Route::DeleteRecord(..) => None,
             Route::VerifyAccount(a)
             | Route::Tunnel(a, _)
             | Route::TunnelToken(a, _)
@@ -291,20 +320,6 @@ fn put_config(world: &mut World, account: &str, tunnel: &str, body: &[u8]) -> Re
 }
 
 fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply {
-    let mut page = 1u64;
-    let mut per_page = DEFAULT_PER_PAGE;
-    for pair in query.unwrap_or("").split('&') {
-        match pair.split_once('=') {
-            Some(("page", v)) => page = v.parse().unwrap_or(1).max(1),
-            Some(("per_page", v)) => {
-                per_page = v
-                    .parse()
-                    .unwrap_or(DEFAULT_PER_PAGE)
-                    .clamp(MIN_PER_PAGE, MAX_PER_PAGE)
-            }
-            _ => {}
-        }
-    }
     let all: Vec<Value> = world
         .accounts
         .values()
@@ -314,17 +329,49 @@ fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply 
                    "settings": {"enforce_twofactor": false}})
         })
         .collect();
+    let pairs: Vec<(String, String)> = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let mut reply = paged(all, &pairs, (DEFAULT_PER_PAGE, MIN_PER_PAGE, MAX_PER_PAGE));
+    // The accounts page documents `result_info` without `total_pages`.
+    if let Body::Json(v) = &mut reply.body
+        && let Some(info) = v["result_info"].as_object_mut()
+    {
+        info.remove("total_pages");
+    }
+    reply
+}
+
+/// One page of `all` by the `page` and `per_page` parameters (`per_page` defaults to and is
+/// clamped by `(default, min, max)`), with `result_info{page, per_page, count, total_count,
+/// total_pages}`.
+pub(crate) fn paged(all: Vec<Value>, pairs: &[(String, String)], bounds: (u64, u64, u64)) -> Reply {
+    let (default, min, max) = bounds;
+    let mut page = 1u64;
+    let mut per_page = default;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "page" => page = v.parse().unwrap_or(1).max(1),
+            "per_page" => per_page = v.parse().unwrap_or(default).clamp(min, max),
+            _ => {}
+        }
+    }
     let start = usize::try_from((page - 1).saturating_mul(per_page)).unwrap_or(usize::MAX);
     let items: Vec<Value> = all
         .iter()
         .skip(start)
-        .take(per_page as usize)
+        .take(usize::try_from(per_page).unwrap_or(usize::MAX))
         .cloned()
         .collect();
+    let total = all.len() as u64;
     let mut reply = success(Value::Array(items.clone()));
     if let Body::Json(v) = &mut reply.body {
         v["result_info"] = json!({
-            "page": page, "per_page": per_page, "count": items.len(), "total_count": all.len()
+            "page": page, "per_page": per_page, "count": items.len(), "total_count": total,
+            "total_pages": total.div_ceil(per_page.max(1)),
         });
     }
     reply

@@ -11,6 +11,8 @@
 //! | `GET /accounts/{id}/cfd_tunnel/{id}` | the tunnel |
 //! | `GET /accounts/{id}/cfd_tunnel/{id}/token` | the connector token |
 //! | `GET\|PUT /accounts/{id}/cfd_tunnel/{id}/configurations` | the ingress document, validated, versioned |
+//! | `GET /zones` | zones the token has a DNS permission on, paged |
+//! | `GET\|POST /zones/{id}/dns_records`, `PATCH\|DELETE /zones/{id}/dns_records/{id}` | DNS records: validation, same-name conflicts, DNS Read/Edit permission ([`dns`]) |
 //!
 //! with the documented envelope, Bearer authentication, per-account scoping, and the validation
 //! cloudflared applies. Each behaviour and its source (documentation page, or a real response
@@ -44,6 +46,7 @@
 mod admin;
 pub mod api;
 pub mod connector;
+mod dns;
 pub mod edge;
 mod seed;
 mod server;
@@ -59,7 +62,8 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use seed::{Seed, SeedAccount, SeedError, SeedToken, SeedTunnel};
+pub use dns::{DnsGrant, RecordRec};
+pub use seed::{Seed, SeedAccount, SeedError, SeedToken, SeedTunnel, SeedZone};
 pub use server::{ADMIN_PREFIX, BASE_PATH};
 pub use state::{Call, ControlError, Fault, FaultRule, TokenScope, TunnelInfo};
 
@@ -208,6 +212,35 @@ impl CloudflareDouble {
     /// Registers an API token.
     pub fn add_token(&self, value: &str, scope: TokenScope) -> Result<(), ControlError> {
         lock(&self.world).add_token(value, scope)
+    }
+
+    /// Creates a zone (a domain name) in an account; returns its random ID.
+    pub fn add_zone(&self, account_id: &str, name: &str) -> Result<String, ControlError> {
+        lock(&self.world).add_zone(account_id, None, name)
+    }
+
+    /// Gives an API token a DNS permission on zones of its accounts (tokens have none until
+    /// then: they see no zones).
+    pub fn grant_dns(&self, token: &str, grant: DnsGrant) -> Result<(), ControlError> {
+        lock(&self.world).grant_dns(token, grant)
+    }
+
+    /// Adds a record to the zone named `zone`, as if made in the dashboard (the API's
+    /// validation and same-name conflict rules apply).
+    pub fn add_dns_record(
+        &self,
+        zone: &str,
+        kind: &str,
+        name: &str,
+        content: &str,
+        proxied: bool,
+    ) -> Result<RecordRec, ControlError> {
+        lock(&self.world).add_record(zone, kind, name, content, proxied)
+    }
+
+    /// Every DNS record, by zone name.
+    pub fn dns_records(&self) -> std::collections::BTreeMap<String, Vec<RecordRec>> {
+        lock(&self.world).records()
     }
 
     /// The tunnel's connector token.

@@ -8,15 +8,20 @@
 //!       - id: f70ff985-a4ef-4643-bbbc-4a0ed4fc8415   # optional
 //!         name: demo
 //!         secret: <base64 of >= 32 bytes>            # optional
+//!     zones:
+//!       - name: example.com
+//!         id: 023e105f4ecef8ad9ca31a8372d0c353      # optional
 //! tokens:
 //!   - value: demo-api-token
 //!     accounts: [0123456789abcdef0123456789abcdef]  # user-owned token
+//!     dns: {edit: true}                             # optional; zones: [..] limits it
 //!   - value: demo-account-token
 //!     account: 0123456789abcdef0123456789abcdef     # account-owned token
 //! ```
 
 use serde::Deserialize;
 
+use crate::dns::DnsGrant;
 use crate::state::{ControlError, TokenScope, TunnelInfo, World};
 
 /// A seed file.
@@ -43,6 +48,20 @@ pub struct SeedAccount {
     /// Its tunnels.
     #[serde(default)]
     pub tunnels: Vec<SeedTunnel>,
+    /// Its zones.
+    #[serde(default)]
+    pub zones: Vec<SeedZone>,
+}
+
+/// A zone of the seed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedZone {
+    /// 32 hex characters; random when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The domain name.
+    pub name: String,
 }
 
 /// A tunnel of the seed.
@@ -71,6 +90,9 @@ pub struct SeedToken {
     /// The account owning an account-owned token.
     #[serde(default)]
     pub account: Option<String>,
+    /// DNS permission on the zones of its accounts; none when absent.
+    #[serde(default)]
+    pub dns: Option<DnsGrant>,
 }
 
 /// A seed that cannot be applied.
@@ -105,6 +127,9 @@ impl Seed {
                     t.secret.as_deref(),
                 )?);
             }
+            for z in &account.zones {
+                world.add_zone(&id, z.id.as_deref(), &z.name)?;
+            }
         }
         for (i, token) in self.tokens.iter().enumerate() {
             let scope = match (&token.account, token.accounts.is_empty()) {
@@ -119,6 +144,9 @@ impl Seed {
                 _ => return Err(SeedError::TokenScope(i)),
             };
             world.add_token(&token.value, scope)?;
+            if let Some(grant) = &token.dns {
+                world.grant_dns(&token.value, grant.clone())?;
+            }
         }
         Ok(tunnels)
     }

@@ -9,6 +9,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::dns::{DnsGrant, ZoneRec};
+
 /// Who owns an API token and which accounts it reaches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -160,6 +162,21 @@ pub enum ControlError {
     /// The API token value is empty or has characters a Bearer token cannot carry.
     #[error("API token must be non-empty and use only A-Z a-z 0-9 - _ . ~ + /")]
     TokenValue,
+    /// No such API token.
+    #[error("no such API token")]
+    NoToken,
+    /// The zone ID is not 32 hex characters.
+    #[error("zone ID {0:?} is not 32 hex characters")]
+    ZoneId(String),
+    /// The zone name is not a domain name.
+    #[error("zone name {0:?} is not a domain name")]
+    ZoneName(String),
+    /// No such zone.
+    #[error("no zone {0:?}")]
+    NoZone(String),
+    /// The API's validation refused the record.
+    #[error("record refused: {0}")]
+    Record(String),
 }
 
 pub(crate) struct TunnelRec {
@@ -183,6 +200,8 @@ pub(crate) struct AccountRec {
 pub(crate) struct TokenRec {
     pub id: String,
     pub scope: TokenScope,
+    /// DNS permission on zones of its accounts; none by default.
+    pub dns: Option<DnsGrant>,
 }
 
 /// The world as the server, the admin surface and the library share it.
@@ -201,6 +220,8 @@ pub(crate) struct World {
     pub tokens: HashMap<String, TokenRec>,
     pub faults: Vec<FaultRule>,
     pub calls: Vec<Call>,
+    /// Zones by ID.
+    pub zones: BTreeMap<String, ZoneRec>,
 }
 
 pub(crate) fn is_account_id(s: &str) -> bool {
@@ -362,6 +383,7 @@ impl World {
             TokenRec {
                 id: random_hex32(),
                 scope,
+                dns: None,
             },
         );
         Ok(())
@@ -409,6 +431,13 @@ impl World {
         let t = self.tunnel(account_id, tunnel_id)?;
         let json = json!({"a": account_id, "t": t.id, "s": STANDARD.encode(&t.secret)});
         Ok(STANDARD.encode(json.to_string()))
+    }
+
+    /// Gives an API token a DNS permission (replacing any it had).
+    pub fn grant_dns(&mut self, token: &str, grant: DnsGrant) -> Result<(), ControlError> {
+        let rec = self.tokens.get_mut(token).ok_or(ControlError::NoToken)?;
+        rec.dns = Some(grant);
+        Ok(())
     }
 
     /// Takes one use of the first fault rule matching the call.

@@ -456,3 +456,173 @@ async fn accounts_pagination_over_the_wire() {
     assert_eq!(default["result_info"]["per_page"], json!(20));
     assert_eq!(default["result_info"]["count"], json!(7));
 }
+
+/// Zones and DNS records over the wire: the admin surface seeds them, the API answers with the
+/// documented envelope, codes and pages.
+#[tokio::test]
+async fn dns_records_over_the_wire_and_the_admin_surface() {
+    let double = CloudflareDouble::start_with(Options {
+        admin: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let admin = |method: &'static str, path: &'static str, body: Option<String>| {
+        let double = &double;
+        async move {
+            send(
+                double,
+                method,
+                &format!("/__admin{path}"),
+                None,
+                body.as_deref(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let account = admin("POST", "/accounts", Some(r#"{"name": "dns"}"#.into()))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let zone = admin(
+        "POST",
+        "/zones",
+        Some(format!(
+            r#"{{"account_id": "{account}", "name": "Example.COM."}}"#
+        )),
+    )
+    .await
+    .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    admin(
+        "POST",
+        "/tokens",
+        Some(format!(
+            r#"{{"value": "dns-token", "accounts": ["{account}"]}}"#
+        )),
+    )
+    .await;
+    let auth = Some("Bearer dns-token");
+
+    // No DNS grant yet: no zone is visible, records are refused (403, 10000).
+    let zones = send(&double, "GET", "/client/v4/zones", auth, None)
+        .await
+        .unwrap();
+    assert_eq!(zones.json()["result"], json!([]));
+    let list = format!("/client/v4/zones/{zone}/dns_records");
+    let refused = send(&double, "GET", &list, auth, None).await.unwrap();
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.json()["errors"][0]["code"], json!(10000));
+
+    let grant = admin(
+        "POST",
+        "/dns_grants",
+        Some(r#"{"token": "dns-token", "edit": true}"#.into()),
+    )
+    .await;
+    assert_eq!(grant.status, 200, "{}", grant.body);
+    let zones = send(
+        &double,
+        "GET",
+        "/client/v4/zones?name=example.com",
+        auth,
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    assert_eq!(zones["result"][0]["name"], json!("example.com"));
+    assert_eq!(zones["result"][0]["account"]["id"], json!(account));
+    assert_eq!(zones["result_info"]["total_count"], json!(1));
+
+    // A dashboard record, then the API's answers to creations next to it.
+    let seeded = admin(
+        "POST",
+        "/dns_records",
+        Some(
+            r#"{"zone": "example.com", "type": "A", "name": "www", "content": "192.0.2.1"}"#.into(),
+        ),
+    )
+    .await
+    .json();
+    assert_eq!(seeded["name"], json!("www.example.com"));
+    let create = |body: &'static str| {
+        let (double, list) = (&double, list.clone());
+        async move { send(double, "POST", &list, auth, Some(body)).await.unwrap() }
+    };
+    let code = |a: &Answer| (a.status, a.json()["errors"][0]["code"].clone());
+    assert_eq!(
+        code(&create(r#"{"type": "CNAME", "name": "www.example.com", "content": "t.cfargotunnel.com", "proxied": true}"#).await),
+        (400, json!(81053))
+    );
+    assert_eq!(
+        code(&create(r#"{"type": "A", "name": "www", "content": "192.0.2.1"}"#).await),
+        (400, json!(81057))
+    );
+    assert_eq!(
+        code(&create(r#"{"type": "CNAME", "name": "x", "content": "not a host"}"#).await),
+        (400, json!(9007))
+    );
+    assert_eq!(
+        code(&create(r#"{"type": "TXT", "name": "x", "content": "\"t\"", "proxied": true}"#).await),
+        (400, json!(9004))
+    );
+    assert_eq!(
+        code(&create(r#"{"type": "BOGUS", "name": "x", "content": "y"}"#).await),
+        (400, json!(9020))
+    );
+    let made = create(
+        r#"{"type": "CNAME", "name": "*.example.com", "content": "T.cfargotunnel.com.", "proxied": true, "ttl": 300}"#,
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let made = made.json();
+    assert_eq!(made["success"], json!(true));
+    assert_eq!(made["result"]["name"], json!("*.example.com"));
+    assert_eq!(made["result"]["content"], json!("t.cfargotunnel.com"));
+    assert_eq!(
+        made["result"]["ttl"],
+        json!(1),
+        "proxied records have automatic TTL"
+    );
+
+    // Filters and pages; an unknown zone routes nowhere; delete and its 404.
+    let one = send(
+        &double,
+        "GET",
+        &format!("{list}?name=%2A.example.com&type=CNAME&per_page=5"),
+        auth,
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    assert_eq!(one["result"].as_array().unwrap().len(), 1);
+    assert_eq!(one["result_info"]["per_page"], json!(5));
+    let unknown = send(
+        &double,
+        "GET",
+        "/client/v4/zones/0123456789abcdef0123456789abcdef/dns_records",
+        auth,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code(&unknown), (400, json!(7003)));
+    let id = made["result"]["id"].as_str().unwrap();
+    let path = format!("{list}/{id}");
+    let deleted = send(&double, "DELETE", &path, auth, None)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(deleted["result"], json!({"id": id}));
+    let again = send(&double, "DELETE", &path, auth, None).await.unwrap();
+    assert_eq!(code(&again), (404, json!(81044)));
+    let all = admin("GET", "/dns_records", None).await.json();
+    assert_eq!(all["example.com"].as_array().unwrap().len(), 1);
+}

@@ -63,6 +63,28 @@ pub struct GatewayClassConfigSpec {
     /// namespace a listener admits may serve any hostname.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname_ownership: Option<HostnameOwnership>,
+    /// DNS records for the routes' hostnames (opt-in): a proxied CNAME to the tunnel in the
+    /// zone the API token can see, next to an ownership TXT record; records of others are never
+    /// changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsSettings>,
+}
+
+/// The `spec.dns` of a GatewayClassConfig (see docs/tunnel-gateway.md, "DNS records").
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsSettings {
+    /// Create, update and delete the records. Off by default: no DNS call is made.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Written into the ownership records: the controller touches only records carrying it.
+    /// Unique per installation sharing a zone; defaults to the GatewayClassConfig's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
+    )]
+    pub owner_id: Option<String>,
 }
 
 /// Which namespaces may serve which hostnames (see docs/tunnel-gateway.md, "Hostname

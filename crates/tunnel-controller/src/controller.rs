@@ -23,10 +23,12 @@ use tokio::sync::{Mutex, Notify, watch};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
-use crate::keys::PartitionKey;
+use crate::dns::{DnsSync, HostVerdict};
+use crate::ingress;
+use crate::keys::{ObjKey, PartitionKey};
 use crate::metrics::{KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, TunnelLabel};
 use crate::model::{self, Model, Plane, Settings};
-use crate::names::PlaneNames;
+use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
 use crate::push::{ConditionChange, PushOutcome};
 use crate::status::{self, Effects, Write, Writer};
@@ -64,6 +66,10 @@ pub struct Controller {
     burst_since: std::sync::Mutex<Option<Instant>>,
     /// Each tunnel's last sync result, standing while ingress writes wait.
     last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, Arc<SyncError>>>>,
+    /// DNS records (opt-in), applied after the tunnels' documents.
+    dns: DnsSync,
+    /// The last DNS verdicts by tunnel and hostname, standing while ingress writes wait.
+    last_dns: std::sync::Mutex<BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -94,7 +100,10 @@ pub struct Parts {
 
 impl Controller {
     pub fn new(p: Parts) -> Self {
+        let dns = DnsSync::new(p.tunnels.retry_policy(), p.metrics.dns_changes.clone());
         Self {
+            dns,
+            last_dns: std::sync::Mutex::default(),
             client: p.client,
             stores: p.stores,
             settings: p.settings,
@@ -207,7 +216,8 @@ impl Controller {
         notices.extend(provisioned.notices);
 
         // Tunnels, all at once; each on its own. Mid-burst, the last results stand.
-        let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if self.ingress_due() {
+        let due = self.ingress_due();
+        let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if due {
             let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
                 (
                     tunnel.clone(),
@@ -232,6 +242,20 @@ impl Controller {
                 .keys()
                 .filter_map(|t| last.get(t).map(|r| (t.clone(), r.clone())))
                 .collect()
+        };
+        // DNS records after the documents: their failures never hold back or undo a document.
+        effects.dns = if due {
+            let dns = self.dns_records(&model, &results, &mut outcome).await;
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone_from(&dns);
+            dns
+        } else {
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
         };
         for (tunnel, result) in results {
             self.count("Tunnel", result.is_ok());
@@ -344,6 +368,103 @@ impl Controller {
             "sync round"
         );
         outcome
+    }
+
+    /// Brings every DNS owner's records to the hostnames its Gateways' routes serve and their
+    /// tunnels' documents list now; returns the verdicts by Gateway and hostname. An owner with
+    /// a failed tunnel this round creates and updates but deletes nothing (what it no longer
+    /// serves is not known).
+    async fn dns_records(
+        &self,
+        model: &Model,
+        results: &[(String, Result<TunnelResult, Arc<SyncError>>)],
+        outcome: &mut Outcome,
+    ) -> BTreeMap<ObjKey, BTreeMap<String, HostVerdict>> {
+        #[derive(Default)]
+        struct Owner {
+            desired: BTreeMap<String, String>,
+            failed_tunnel: bool,
+            gateways: BTreeMap<ObjKey, BTreeSet<String>>,
+        }
+        let key = |s: &model::DnsScope| {
+            sha256_hex(&format!(
+                "{}\n{}\n{:?}",
+                s.owner, s.credentials.api_token, s.credentials.account_id
+            ))
+        };
+        let mut owners: BTreeMap<String, (model::DnsScope, Owner)> = model
+            .dns_scopes
+            .iter()
+            .map(|s| (key(s), (s.clone(), Owner::default())))
+            .collect();
+        let results: BTreeMap<&str, &Result<TunnelResult, Arc<SyncError>>> =
+            results.iter().map(|(t, r)| (t.as_str(), r)).collect();
+        for route in &model.routes {
+            for p in &route.parents {
+                let Some(gw) = model.gateways.get(&p.gateway) else {
+                    continue;
+                };
+                let (Some(owner), Some(tunnel), Some(credentials), Some(hosts)) =
+                    (&gw.dns_owner, &gw.tunnel, &gw.credentials, &p.hostnames)
+                else {
+                    continue;
+                };
+                let scope = model::DnsScope {
+                    owner: owner.clone(),
+                    credentials: credentials.clone(),
+                };
+                let (_, o) = owners
+                    .entry(key(&scope))
+                    .or_insert_with(|| (scope, Owner::default()));
+                match results.get(tunnel.as_str()) {
+                    Some(Ok(r)) => {
+                        for h in hosts.iter().map(|h| ingress::rule_hostname(h)) {
+                            if h != "*" && r.hostnames.contains(&h) {
+                                o.desired.entry(h.clone()).or_insert_with(|| tunnel.clone());
+                                o.gateways.entry(p.gateway.clone()).or_default().insert(h);
+                            }
+                        }
+                    }
+                    _ => o.failed_tunnel = true,
+                }
+            }
+        }
+        let mut by_gateway: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>> = BTreeMap::new();
+        for (k, (scope, o)) in &owners {
+            let report = match self.tunnels.client_and_account(&scope.credentials).await {
+                Ok((client, account)) => {
+                    self.dns
+                        .sync(
+                            k,
+                            &client,
+                            &account,
+                            &scope.owner,
+                            &o.desired,
+                            !o.failed_tunnel,
+                        )
+                        .await
+                }
+                Err(e) => crate::dns::DnsReport {
+                    hosts: o
+                        .desired
+                        .keys()
+                        .map(|h| (h.clone(), HostVerdict::Failed(e.to_string())))
+                        .collect(),
+                    incomplete: true,
+                },
+            };
+            outcome.incomplete |= report.incomplete;
+            for (gw, hosts) in &o.gateways {
+                let verdicts = by_gateway.entry(gw.clone()).or_default();
+                for h in hosts {
+                    if let Some(v) = report.hosts.get(h) {
+                        verdicts.insert(h.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        self.dns.retain(&owners.keys().cloned().collect()).await;
+        by_gateway
     }
 
     fn publish_tallies(&self, model: &Model) {

@@ -28,6 +28,8 @@
 //! Acting on the decisions:
 //! - [`controller`]: the debounced sync loop (leader only): model → Cloudflare → pushes → statuses.
 //! - [`tunnels`]: per-tunnel ingress document sync with the Cloudflare API (TG-3).
+//! - [`dns`]: the opt-in DNS records of the tunnels' hostnames (a pure plan: desired vs
+//!   existing records, ownership records; and its application through the Cloudflare API).
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
@@ -38,6 +40,7 @@ pub mod conditions;
 pub mod controller;
 pub mod credentials;
 pub mod dedicated;
+pub mod dns;
 pub mod features;
 pub mod grants;
 pub mod hostnames;

@@ -52,6 +52,8 @@ pub struct Metrics {
     /// Config pushes by partition and result (`loaded`, `unauthorized`, `rejected`, `stale`,
     /// `failed`).
     pub pushes: Family<PushLabels, Counter>,
+    /// DNS record changes by outcome (`created`, `updated`, `deleted`, `failed`, `refused`).
+    pub dns_changes: Family<crate::dns::OutcomeLabel, Counter>,
     /// Route parents not accepted, by reason (`HostnameNotPermitted`, `NotAllowedByListeners`,
     /// `TunnelClaimRejected`, ...), as of the last round; a reason no longer seen reads 0.
     pub refused_parents: Family<ReasonLabel, Gauge>,
@@ -70,6 +72,7 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             pushes: Family::default(),
+            dns_changes: Family::default(),
             refused_parents: Family::default(),
             shadowed_parents: Gauge::default(),
         };
@@ -97,6 +100,11 @@ impl Metrics {
             "cftunnel_config_pushes",
             "Config pushes to data-plane proxies by partition and result",
             m.pushes.clone(),
+        );
+        registry.register(
+            "cftunnel_dns_record_changes",
+            "DNS record changes by outcome (created, updated, deleted, failed; refused: a hostname whose record is owned elsewhere)",
+            m.dns_changes.clone(),
         );
         registry.register(
             "cftunnel_route_parents_refused",

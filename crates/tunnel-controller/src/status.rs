@@ -40,6 +40,7 @@ use serde_json::json;
 use crate::api::GatewayClassConfig;
 use crate::conditions::{Verdict, merge};
 use crate::dedicated::claims;
+use crate::dns::{self, HostVerdict};
 use crate::features::SUPPORTED_FEATURES;
 use crate::ingress;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
@@ -76,6 +77,8 @@ pub struct Effects {
     /// [`ingress::rule_hostname`] spells them); a tunnel whose document this round did not
     /// read or write is absent.
     pub ingress: BTreeMap<String, BTreeSet<String>>,
+    /// DNS verdicts by Gateway and hostname, for the Gateways whose class has DNS records on.
+    pub dns: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -448,6 +451,12 @@ fn route_write(
             ));
         }
         if served
+            && let Some(dns) = effects.dns.get(&p.gateway)
+            && let Some(v) = dns_verdict(p, dns)
+        {
+            verdicts.push(v);
+        }
+        if served
             && let Some(partition) = gw.and_then(|g| g.partition.as_ref())
             && let Some(err) = effects.push_failing.get(partition)
         {
@@ -511,6 +520,66 @@ fn route_write(
         id: r.id.clone(),
         resource_version: r.resource_version.clone(),
         parents,
+    })
+}
+
+/// The `cf.k8s.lex.la/DNSRecord` condition of a route parent whose tunnel has DNS records on:
+/// False with the first problem's reason (a record owned elsewhere, no zone, a failing API)
+/// naming every hostname concerned; True once each of its hostnames has our CNAME. `None`
+/// when it serves no hostname with a DNS verdict yet.
+fn dns_verdict(
+    p: &crate::model::ParentOutcome,
+    dns: &BTreeMap<String, HostVerdict>,
+) -> Option<Verdict> {
+    let hosts: BTreeSet<String> = p
+        .hostnames
+        .iter()
+        .flatten()
+        .map(|h| ingress::rule_hostname(h))
+        .filter(|h| dns.contains_key(h))
+        .collect();
+    if hosts.is_empty() {
+        return None;
+    }
+    let (mut elsewhere, mut no_zone, mut failed, mut ready) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for h in &hosts {
+        match &dns[h] {
+            HostVerdict::OwnedElsewhere(why) => elsewhere.push(format!("{h}: {why}")),
+            HostVerdict::NoZone => no_zone.push(h.clone()),
+            HostVerdict::Failed(why) => failed.push(format!("{h}: {why}")),
+            HostVerdict::Ready { tunnel } => ready.push(format!("{h} → {}", dns::target(tunnel))),
+        }
+    }
+    Some(if !elsewhere.is_empty() {
+        Verdict::fail(
+            dns::DNS_RECORD,
+            dns::OWNED_ELSEWHERE,
+            format!(
+                "not written, the name holds a record this controller did not create: {}",
+                elsewhere.join("; ")
+            ),
+        )
+    } else if !no_zone.is_empty() {
+        Verdict::fail(
+            dns::DNS_RECORD,
+            dns::NO_ZONE,
+            format!(
+                "no zone the Cloudflare API token can see holds {}",
+                no_zone.join(", ")
+            ),
+        )
+    } else if !failed.is_empty() {
+        Verdict::fail(
+            dns::DNS_RECORD,
+            dns::DNS_API_ERROR,
+            format!("the DNS API failed, retrying: {}", failed.join("; ")),
+        )
+    } else {
+        Verdict::ok(
+            dns::DNS_RECORD,
+            format!("proxied CNAME records: {}", ready.join(", ")),
+        )
     })
 }
 

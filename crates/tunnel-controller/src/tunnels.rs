@@ -175,6 +175,22 @@ impl TunnelSync {
         }
     }
 
+    /// The client and account of `creds` (cached), for the other Cloudflare calls of a round
+    /// (the DNS records).
+    pub async fn client_and_account(
+        &self,
+        creds: &Credentials,
+    ) -> Result<(Client, String), SyncError> {
+        let client = self.client(creds).await?;
+        let account = self.account(&client, creds).await?;
+        Ok((client, account))
+    }
+
+    /// The retry policy of every call.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
     /// Forgets tunnels that no Gateway uses any more.
     pub async fn retain(&self, tunnels: impl Fn(&str) -> bool) {
         self.state.lock().await.retain(|t, _| tunnels(t));

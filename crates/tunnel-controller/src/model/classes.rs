@@ -8,7 +8,7 @@ use std::sync::Arc;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use kube::ResourceExt;
 
-use super::types::{ClassConfigOutcome, ClassOutcome, Model, Settings};
+use super::types::{ClassConfigOutcome, ClassOutcome, DnsScope, Model, Settings};
 use crate::api::{DEFAULT_API_TOKEN_KEY, GROUP};
 use crate::conditions::Verdict;
 use crate::credentials::{Credentials, secret_value};
@@ -24,6 +24,8 @@ pub(super) struct ClassSettings {
     pub max_per_namespace: Option<i32>,
     /// The hostname delegations when ownership is on.
     pub ownership: Option<Arc<Delegations>>,
+    /// The DNS records' owner ID when DNS records are on.
+    pub dns_owner: Option<String>,
 }
 
 /// This controller's classes: all of them by name, and the accepted ones' settings.
@@ -101,6 +103,17 @@ pub(super) fn decide(snap: &Snapshot, settings: &Settings, model: &mut Model) ->
                 verdicts,
                 gateways: gateways.into_iter().collect(),
             });
+        }
+    }
+    for cs in class_settings.values() {
+        if let Some(owner) = &cs.dns_owner {
+            let scope = DnsScope {
+                owner: owner.clone(),
+                credentials: cs.credentials.clone(),
+            };
+            if !model.dns_scopes.contains(&scope) {
+                model.dns_scopes.push(scope);
+            }
         }
     }
     Classes {
@@ -188,6 +201,12 @@ fn resolve_class(
         ],
     );
     Ok(ClassSettings {
+        dns_owner: cfg
+            .spec
+            .dns
+            .as_ref()
+            .filter(|d| d.enabled)
+            .map(|d| d.owner_id.clone().unwrap_or_else(|| cfg.name_any())),
         allow_shared_tunnels: cfg.spec.allow_shared_tunnels,
         max_per_namespace: cfg.spec.max_data_planes_per_namespace,
         tunnel_id: cfg.spec.tunnel_id.clone(),

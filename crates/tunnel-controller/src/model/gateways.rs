@@ -138,6 +138,7 @@ fn gateway_outcome(
         sharing: None,
         credentials: class.map(|c| c.credentials.clone()),
         ownership: class.and_then(|c| c.ownership.clone()),
+        dns_owner: class.and_then(|c| c.dns_owner.clone()),
     };
     let refuse = |out: &mut GatewayOutcome, v: Verdict| {
         out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());

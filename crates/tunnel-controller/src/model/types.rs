@@ -112,6 +112,8 @@ pub struct GatewayOutcome {
     pub sharing: Option<Sharing>,
     /// The class's hostname delegations when ownership is on.
     pub ownership: Option<Arc<Delegations>>,
+    /// The class's DNS records' owner ID when DNS records are on.
+    pub dns_owner: Option<String>,
     pub(super) client_cert: Option<translate::ClientCert>,
 }
 
@@ -209,6 +211,13 @@ pub struct PolicyOutcome {
     pub ancestors: BTreeSet<ObjKey>,
 }
 
+/// The DNS records of one owner ID, written with one class's credentials (DNS records on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsScope {
+    pub owner: String,
+    pub credentials: Credentials,
+}
+
 /// One tunnel's ingress document input.
 #[derive(Debug, Clone)]
 pub struct TunnelPlan {
@@ -230,6 +239,9 @@ pub struct Model {
     pub routes: Vec<RouteOutcome>,
     pub partitions: BTreeMap<PartitionKey, PartitionPlan>,
     pub tunnels: BTreeMap<String, TunnelPlan>,
+    /// Owners of DNS records: every accepted class with DNS records on (dedicated Gateways'
+    /// own credentials may add more).
+    pub dns_scopes: Vec<DnsScope>,
 }
 
 /// How many route parents (a route on one Gateway) the model refuses, by the reason of their

@@ -15,6 +15,7 @@ mod world;
 mod bad_input;
 mod cloudflare;
 mod dedicated;
+mod dns;
 mod listener_sets;
 mod monitoring;
 mod ownership;

@@ -19,7 +19,7 @@ use tunnel_gateway_fixtures::{
 
 pub const SHARED_TOKEN: &str = "shared-plane-e2e-token";
 pub const PROXY_IMAGE: &str = "ghcr.io/kube-tenancy/tunnel-proxy:e2e";
-const API_TOKEN: &str = "cf-api-token-e2e";
+pub const API_TOKEN: &str = "cf-api-token-e2e";
 
 pub struct World {
     pub cp: &'static ControlPlane,

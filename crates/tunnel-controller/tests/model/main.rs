@@ -28,6 +28,7 @@ use tunnel_config::config::Config;
 use tunnel_controller::api::{GatewayClassConfig, GatewayConfig};
 use tunnel_controller::conditions::Verdict;
 use tunnel_controller::dedicated::Verification;
+use tunnel_controller::dns::HostVerdict;
 use tunnel_controller::ingress;
 use tunnel_controller::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use tunnel_controller::model::{self, Model, Plane, Settings};
@@ -87,6 +88,9 @@ struct CaseEffects {
     /// Tunnels whose ingress document does not list the plan's hostnames yet (changes still
     /// arriving); the others list them (overflow left out), except those with a tunnel error.
     not_listed: Vec<String>,
+    /// DNS verdicts by Gateway (`ns/name`) and hostname: `ready <tunnel>`, `elsewhere <why>`,
+    /// `no-zone`, `failed <why>`.
+    dns: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// What the controller decides, projected for reading: times and generations left out.
@@ -358,6 +362,29 @@ fn effects(e: CaseEffects, model: &Model) -> Effects {
             .cloned()
             .collect(),
         ingress,
+        dns: e
+            .dns
+            .into_iter()
+            .map(|(g, hosts)| {
+                let verdicts = hosts
+                    .into_iter()
+                    .map(|(h, v)| {
+                        let (kind, rest) = v.split_once(' ').unwrap_or((v.as_str(), ""));
+                        let v = match kind {
+                            "ready" => HostVerdict::Ready {
+                                tunnel: rest.to_owned(),
+                            },
+                            "elsewhere" => HostVerdict::OwnedElsewhere(rest.to_owned()),
+                            "no-zone" => HostVerdict::NoZone,
+                            "failed" => HostVerdict::Failed(rest.to_owned()),
+                            other => panic!("DNS verdict {other}"),
+                        };
+                        (h, v)
+                    })
+                    .collect();
+                (obj_key(&g), verdicts)
+            })
+            .collect(),
         tunnel_errors: e.tunnel_errors,
         overflow: e
             .overflow
