@@ -80,9 +80,19 @@ impl Cluster {
         let pki = ClusterPki::generate(&dir.join("pki"))?;
         let prefix = format!("/kube-tenancy/{}", spec.name);
         let count = if spec.ha { 2 } else { 1 };
+        // With a node, the API servers reach the cluster network through the node (its egress
+        // relay listens before they start).
+        let (egress, extra) = match &spec.node {
+            Some(_) => {
+                let (listener, flag) = egress_socket(&dir)?;
+                (Some(listener), vec![flag])
+            }
+            None => (None, Vec::new()),
+        };
         let servers = (0..count)
             .map(|i| {
-                ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix).map(Mutex::new)
+                ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix, &extra)
+                    .map(Mutex::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut cluster = Self {
@@ -108,10 +118,10 @@ impl Cluster {
         if spec.controller_manager {
             cluster.start_controller_manager(spec.node.is_some())?;
         }
-        if let Some(node) = &spec.node {
+        if let (Some(node), Some(egress)) = (&spec.node, egress) {
             let kubeconfig = cluster.kubeconfig_yaml(0, ADMIN_USER, &cluster.pki.admin()?);
             let dir = cluster.dir.join("node");
-            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir).await?);
+            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir, egress).await?);
         }
         Ok(cluster)
     }
@@ -399,6 +409,34 @@ async fn run_kubectl(
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
     }
+}
+
+/// Binds the node's egress socket in `dir` and writes the egress selector configuration; returns
+/// the listener and the kube-apiserver flag naming the configuration.
+fn egress_socket(dir: &Path) -> Result<(std::os::unix::net::UnixListener, String), Error> {
+    let socket = std::path::absolute(dir.join("egress.sock")).map_err(|e| Error::io(dir, e))?;
+    // A socket path is at most 107 bytes (sun_path).
+    if socket.as_os_str().len() > 107 {
+        return Err(Error::io(
+            &socket,
+            std::io::Error::other(
+                "the egress socket's path is longer than 107 bytes: use a shorter state directory",
+            ),
+        ));
+    }
+    match std::fs::remove_file(&socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&socket, e)),
+        _ => {}
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(&socket).map_err(|e| Error::io(&socket, e))?;
+    let config = dir.join("egress-selector.yaml");
+    std::fs::write(&config, crate::node::egress::config_yaml(&socket))
+        .map_err(|e| Error::io(&config, e))?;
+    Ok((
+        listener,
+        format!("--egress-selector-config-file={}", config.display()),
+    ))
 }
 
 fn validate_name(name: &str) -> Result<(), Error> {

@@ -12,6 +12,7 @@
 //! and every process and namespace it made.
 
 mod crilog;
+pub(crate) mod egress;
 mod env;
 mod logs;
 mod pod;
@@ -37,6 +38,8 @@ use crate::netns::{GATEWAY, World};
 
 /// The port Pods reach the cluster's API on, at the node's address ([`GATEWAY`]).
 pub const API_PORT: u16 = 443;
+/// The kubelet's port at the node's address (its log endpoint, relayed from host loopback).
+pub const KUBELET_PORT: u16 = 10250;
 
 /// What the node runs: its name, the image → executable map and its `/etc/hosts` entries.
 #[derive(Clone, Debug)]
@@ -95,8 +98,14 @@ pub struct NodeAgent {
 impl NodeAgent {
     /// Creates the private network namespace, registers the Node with the cluster that
     /// `kubeconfig` (kubeconfig text) points at, and starts running its Pods. Containers' logs
-    /// and working directories live under `dir`.
-    pub async fn start(spec: NodeSpec, kubeconfig: String, dir: &Path) -> Result<Self, Error> {
+    /// and working directories live under `dir`. `egress` is the socket the cluster's
+    /// kube-apiserver sends its `cluster` egress to (see [`egress`]).
+    pub(crate) async fn start(
+        spec: NodeSpec,
+        kubeconfig: String,
+        dir: &Path,
+        egress: std::os::unix::net::UnixListener,
+    ) -> Result<Self, Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let world = Arc::new(World::create(&spec.name, &dir.join("netns"))?);
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -117,6 +126,7 @@ impl NodeAgent {
                     kubeconfig,
                     context_world,
                     context_dir,
+                    egress,
                     ready_tx,
                     shutdown_rx,
                 ));
@@ -169,6 +179,7 @@ async fn run(
     kubeconfig: String,
     world: Arc<World>,
     dir: PathBuf,
+    egress: std::os::unix::net::UnixListener,
     ready: oneshot::Sender<Result<(), Error>>,
     shutdown: oneshot::Receiver<()>,
 ) {
@@ -176,7 +187,7 @@ async fn run(
         let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
         let api = api_server(&kubeconfig)?;
-        register(&client, &spec.name, endpoint.port()).await?;
+        register(&client, &spec.name).await?;
         Ok::<_, Error>((client, endpoint, api))
     }
     .await;
@@ -199,11 +210,17 @@ async fn run(
         api_ca,
     });
     let inside = std::net::SocketAddr::from((GATEWAY, API_PORT));
+    let kubelet = std::net::SocketAddr::from((GATEWAY, KUBELET_PORT));
+    let kubelet_host = std::net::SocketAddr::from(([127, 0, 0, 1], context.kubelet_port));
     tokio::select! {
         _ = shutdown => {}
         Err(e) = context.world.expose(inside, api_addr) => {
             tracing::error!(error = %e, "relaying the API into the node's namespace");
         }
+        Err(e) = context.world.expose(kubelet, kubelet_host) => {
+            tracing::error!(error = %e, "relaying the kubelet port into the node's namespace");
+        }
+        () = egress::serve(egress, Arc::clone(&context.world)) => {}
         () = endpoint.serve(context.dir.clone()) => {}
         () = heartbeat(&context) => {}
         () = pods(&context) => {}
@@ -238,7 +255,7 @@ fn api_server(kubeconfig: &str) -> Result<(std::net::SocketAddr, String), Error>
 }
 
 /// The Node's status as the agent reports it (also every heartbeat).
-fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
+fn node_status(since: &str) -> serde_json::Value {
     let now = now();
     json!({
         "status": {
@@ -250,13 +267,13 @@ fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
                 "lastHeartbeatTime": now,
                 "lastTransitionTime": since,
             }],
-            // kube-apiserver reaches the kubelet at the first address of the type it prefers
-            // (Hostname first): the log endpoint on host loopback.
+            // kube-apiserver reaches the kubelet (its log endpoint) at this address through its
+            // `cluster` egress (see `egress`). No `Hostname` address: the apiserver would
+            // prefer it, and the relay resolves no names.
             "addresses": [
                 {"type": "InternalIP", "address": GATEWAY.to_string()},
-                {"type": "Hostname", "address": "127.0.0.1"},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
             "capacity": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "nodeInfo": {
@@ -269,7 +286,7 @@ fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
     })
 }
 
-async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Result<(), Error> {
+async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {
@@ -286,7 +303,7 @@ async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Resul
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(node_status(&now(), kubelet_port)),
+            &Patch::Merge(node_status(&now())),
         )
         .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -327,7 +344,7 @@ async fn heartbeat(context: &Context) {
                 .patch_status(
                     name,
                     &PatchParams::default(),
-                    &Patch::Merge(node_status(&since, context.kubelet_port)),
+                    &Patch::Merge(node_status(&since)),
                 )
                 .await
         {
