@@ -18,7 +18,8 @@ pub struct ClusterSpec {
     /// A second kube-apiserver on the same etcd prefix: an HA peer with its own endpoint.
     pub ha: bool,
     /// kube-controller-manager with the garbage collector and the namespace controller (and,
-    /// with a node, the deployment, replicaset, endpointslice and serviceaccount controllers).
+    /// with a node, the deployment, replicaset, daemonset, endpointslice and serviceaccount
+    /// controllers).
     pub controller_manager: bool,
     /// A node agent running this cluster's Pods as local processes.
     pub node: Option<NodeSpec>,
@@ -131,8 +132,9 @@ impl Cluster {
     fn start_controller_manager(&self, with_node: bool) -> Result<(), Error> {
         let mut controllers = "garbage-collector-controller,namespace-controller".to_owned();
         if with_node {
-            controllers
-                .push_str(",deployment-controller,replicaset-controller,endpointslice-controller");
+            controllers.push_str(
+                ",deployment-controller,replicaset-controller,daemonset-controller,endpointslice-controller",
+            );
             // Every namespace's `default` ServiceAccount, whose token the node mounts in Pods.
             controllers.push_str(",serviceaccount-controller");
         }

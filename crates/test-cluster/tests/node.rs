@@ -137,6 +137,9 @@ fn server_pod(name: &str, grace: i64) -> serde_json::Value {
 async fn node_registers_with_a_lease() {
     let client = cp().cluster("node").client().await.unwrap();
     let node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    // Ready, so without the `not-ready` taint the API server gave it (DaemonSets need that).
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(taints.is_empty(), "{taints:?}");
     let status = node.status.unwrap();
     let ready = status
         .conditions

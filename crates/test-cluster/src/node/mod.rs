@@ -38,6 +38,8 @@ use crate::netns::{GATEWAY, World};
 
 /// The port Pods reach the cluster's API on, at the node's address ([`GATEWAY`]).
 pub const API_PORT: u16 = 443;
+/// The taint a new Node gets until it is Ready.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// The kubelet's port at the node's address (its log endpoint, relayed from host loopback).
 pub const KUBELET_PORT: u16 = 10250;
 
@@ -50,6 +52,9 @@ pub struct NodeSpec {
     pub images: BTreeMap<String, PathBuf>,
     /// Extra `/etc/hosts` entries of every Pod: name → address.
     pub hosts: BTreeMap<String, std::net::IpAddr>,
+    /// Labels of the Node besides `kubernetes.io/hostname` and `kubernetes.io/os` (e.g.
+    /// `node-role.kubernetes.io/control-plane`, which DaemonSets of the control plane select).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl NodeSpec {
@@ -59,7 +64,14 @@ impl NodeSpec {
             name: name.into(),
             images: BTreeMap::new(),
             hosts: BTreeMap::new(),
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Gives the Node the label `key` = `value`.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
     }
 
     /// Adds `name` → `address` to every Pod's `/etc/hosts`.
@@ -187,7 +199,7 @@ async fn run(
         let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
         let api = api_server(&kubeconfig)?;
-        register(&client, &spec.name).await?;
+        register(&client, &spec.name, &spec.labels).await?;
         Ok::<_, Error>((client, endpoint, api))
     }
     .await;
@@ -286,12 +298,17 @@ fn node_status(since: &str) -> serde_json::Value {
     })
 }
 
-async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
+async fn register(
+    client: &kube::Client,
+    name: &str,
+    extra_labels: &BTreeMap<String, String>,
+) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client.clone());
+    let mut labels = extra_labels.clone();
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.insert("kubernetes.io/os".into(), "linux".into());
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-        }},
+        "metadata": {"name": name, "labels": labels},
     }))
     .map_err(|e| Error::Manifest(e.to_string()))?;
     match nodes.create(&PostParams::default(), &node).await {
@@ -306,6 +323,24 @@ async fn register(client: &kube::Client, name: &str) -> Result<(), Error> {
             &Patch::Merge(node_status(&now())),
         )
         .await?;
+    // The API server taints a new Node `not-ready` (admission plugin TaintNodesByCondition);
+    // the node lifecycle controller, which does not run here, lifts it once the Node reports
+    // Ready. DaemonSet Pods do not tolerate it.
+    let registered = nodes.get(name).await?;
+    let taints = registered.spec.and_then(|s| s.taints).unwrap_or_default();
+    if taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+        let kept: Vec<_> = taints
+            .into_iter()
+            .filter(|t| t.key != NOT_READY_TAINT)
+            .collect();
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": kept}})),
+            )
+            .await?;
+    }
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": name},
