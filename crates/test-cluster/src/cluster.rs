@@ -374,6 +374,13 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The node (its Pods' processes and namespaces) before the API servers it watches.
+        self.node.take();
+    }
+}
+
 async fn run_kubectl(
     mut cmd: tokio::process::Command,
     args: &[&str],
