@@ -205,6 +205,7 @@ async fn the_daemonset_serves_the_client_through_the_aggregator_from_the_node() 
     // (RP-13), and the Pod stays Ready: readiness says the proxy serves, not that the target
     // does (docs/resource-proxy.md, "Readiness and the target"). Back, it serves again.
     target.stop_server(0);
+    let outage = std::time::Instant::now();
     let down = kubectl_err(client, &["get", "widget", "mine", "-n", &ns]).await;
     assert!(
         down.contains(
@@ -219,6 +220,7 @@ async fn the_daemonset_serves_the_client_through_the_aggregator_from_the_node() 
     let resources = kubectl(client, &["api-resources", "--api-group", GROUP]).await;
     assert!(resources.contains("widgets"), "{resources}");
     target.restart_server(0).await.unwrap();
+    eprintln!("target down and back: {:?}", outage.elapsed());
     let back = std::time::Instant::now();
     eventually(
         "the widget after the target's return",
@@ -240,6 +242,7 @@ async fn the_daemonset_serves_the_client_through_the_aggregator_from_the_node() 
     // Uninstalled, the Pod goes (gracefully, through the node) and nothing listens on the node
     // any more; the APIService left behind (deletion-protected) answers 503.
     let overlay = install.overlay().display().to_string();
+    let uninstalled = std::time::Instant::now();
     kubectl(client, &["delete", "-k", &overlay, "--wait=true"]).await;
     eventually("the proxy Pod gone", Duration::from_secs(60), || async {
         let pods = client
@@ -249,6 +252,10 @@ async fn the_daemonset_serves_the_client_through_the_aggregator_from_the_node() 
         pods.trim().is_empty().then_some(()).ok_or(pods)
     })
     .await;
+    eprintln!(
+        "the Pod gone {:?} after the uninstall",
+        uninstalled.elapsed()
+    );
     assert!(!listening(&world, SocketAddr::from(([127, 0, 0, 1], LISTENER_PORT))).await);
     assert!(!listening(&world, SocketAddr::from((GATEWAY, METRICS_PORT))).await);
     let gone = kubectl_err(client, &["get", "widgets", "-n", &ns]).await;
