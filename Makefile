@@ -11,9 +11,10 @@ TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
 .PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
 
-## demo: a local client + target cluster pair (real etcd + kube-apiservers) with the resource proxy
-## between them and the tunnel gateway in the client; prints the commands to try and stays up until
-## Ctrl-C. `make demo-check` runs them.
+## demo: a local client + target cluster pair (real etcd + kube-apiservers), the client with the
+## node agent, and both products installed from deploy/ as Pods on that node (the resource proxy
+## between the clusters, the tunnel gateway in the client); prints the commands to try and stays up
+## until Ctrl-C. `make demo-check` runs them. Needs root (the node's network namespaces).
 demo: control-plane
 	$(CARGO) build --quiet $(DEMO_PACKAGES)
 	@echo "Starting the demo (Ctrl-C stops it)..."

@@ -42,6 +42,7 @@ CLUSTER_TESTS = [
     "demo:manifests",
     "kube-support:it",
     "resource-proxy:e2e",
+    "resource-proxy:on_node",
     "resource-proxy:owner_label_policy",
     "resource-proxy:peers_e2e",
     "resource-proxy:wiring",

@@ -1,15 +1,17 @@
 //! `demo`: what `make demo` runs. A `client` and a `target` cluster (real etcd and
-//! kube-apiservers from the `test-cluster` harness) with the products running on them, the
-//! commands to try, and everything kept up until Ctrl-C or SIGTERM.
+//! kube-apiservers from the `test-cluster` harness), the client with the node agent, the products
+//! installed from `deploy/` and running as Pods on that node, the commands to try, and
+//! everything kept up until Ctrl-C or SIGTERM.
 //!
 //! ```text
 //! demo --state-dir .state/demo           # start, print what to try, stay up
 //! demo --state-dir DIR --check           # start, run the printed commands, print PASS/FAIL, exit
 //! ```
 //!
-//! One module per product ([`resource_proxy`], [`tunnel_gateway`]). Each product starts against
-//! the shared control plane, prints its own instructions and contributes its own
-//! [`steps::Step`]s, which are both printed (for people) and run (by `--check`).
+//! One module per product ([`resource_proxy`], [`tunnel_gateway`]). Each product is installed
+//! on the shared control plane by the fixtures its `on_node` tests use, prints its own
+//! instructions and contributes its own [`steps::Step`]s, which are both printed (for people)
+//! and run (by `--check`).
 
 mod resource_proxy;
 mod steps;
@@ -17,7 +19,6 @@ mod tunnel_gateway;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -25,6 +26,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use service_support::logging::{self, LogFormat};
 use test_cluster::{ClusterSpec, ControlPlane};
+use tunnel_gateway_fixtures::on_node;
 
 #[derive(Parser)]
 #[command(
@@ -102,47 +104,64 @@ fn running_pid(dir: &Path) -> Option<i32> {
 
 async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
     eprintln!(
-        "Starting etcd and the client and target clusters in {} ...",
+        "Starting etcd, the client cluster with its node and the target cluster in {} ...",
         state_dir.display()
     );
-    let cp = ControlPlane::builder()
-        .state_dir(state_dir)
-        .cluster(ClusterSpec::new("client").controller_manager())
-        .cluster(ClusterSpec::new("target").controller_manager())
-        .gateway_api()
-        .start()
-        .await
-        .context("starting the control plane")?;
+    let binaries = on_node::Binaries::beside(&sibling_binary(
+        "tunnel-gateway-controller",
+        "tunnel-controller",
+    )?)?;
+    let resource_proxy_binary = sibling_binary("resource-proxy", "resource-proxy")?;
+    // The tunnel gateway's install comes up with the control plane (the node maps its images).
+    let install = on_node::start_on(
+        &binaries,
+        &[],
+        "client",
+        on_node::Method::Kustomize,
+        |node| {
+            let node = resource_proxy_fixtures::control_plane_node(node, &resource_proxy_binary);
+            ControlPlane::builder()
+                .state_dir(state_dir)
+                .cluster(ClusterSpec::new("client").node(node))
+                .cluster(ClusterSpec::new("target").controller_manager())
+                .gateway_api()
+        },
+    )
+    .await
+    .context("starting the control plane and installing the tunnel gateway on the node")?;
+    let cp = &install.cp;
     let kubectl = test_cluster::Binaries::locate()?.kubectl();
-    write_env(&cp, state_dir, &kubectl)?;
+    write_env(cp, state_dir, &kubectl)?;
 
-    eprintln!("Starting the resource proxy ...");
-    let mut proxy = resource_proxy::ResourceProxy::start(&cp, state_dir).await?;
-    eprintln!("Starting the tunnel gateway ...");
-    let mut gateway = tunnel_gateway::TunnelGateway::start(&cp, state_dir).await?;
-
-    let mut pids = cp.pids();
-    pids.push(proxy.pid());
-    pids.extend(gateway.pids());
-    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-    std::fs::write(state_dir.join("pids"), pids.join("\n"))?;
+    eprintln!("Installing the resource proxy on the node ...");
+    let proxy = resource_proxy::ResourceProxy::start(cp, &install.world, state_dir).await?;
+    let gateway = tunnel_gateway::TunnelGateway::new(&install, state_dir)?;
 
     if check {
         let mut all = proxy.steps();
         all.extend(gateway.steps());
-        let passed = steps::check(&cp, &all).await;
+        let passed = steps::check(cp, &all).await;
+        record_pids(state_dir)?;
         if passed {
             println!("PASS");
         } else {
             println!("FAIL");
-            println!("--- resource-proxy log ---\n{}", proxy.log_tail(60));
-            println!("{}", gateway.log_tails(40));
+            let seen = cp
+                .cluster("client")
+                .kubectl_ok(&["get", "pods,events", "-A", "-o", "wide"])
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            println!("--- the client's Pods and Events ---\n{seen}");
+            println!(
+                "--- container logs: {}/client/node/pods/ ---",
+                state_dir.display()
+            );
         }
-        drop(gateway);
         drop(proxy);
-        drop(cp);
+        drop(install);
         return Ok(passed);
     }
+    record_pids(state_dir)?;
 
     println!();
     println!("Clusters:");
@@ -155,7 +174,15 @@ async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
         );
     }
     println!("  kubectl  {}", kubectl.display());
-    println!("  logs     {}/<cluster>/*.log", state_dir.display());
+    println!(
+        "  node     kt-node in the client: Pods run as processes in network namespaces behind {}; reach them with nsenter --net={} <command>",
+        test_cluster::netns::GATEWAY,
+        install.world.ns_path().display()
+    );
+    println!(
+        "  logs     {dir}/<cluster>/*.log, containers: {dir}/client/node/pods/<namespace>_<pod>/<container>.log (or kubectl logs)",
+        dir = state_dir.display()
+    );
     println!();
     print!("{}", proxy.describe());
     println!();
@@ -175,28 +202,40 @@ async fn run(state_dir: &Path, check: bool) -> anyhow::Result<bool> {
     std::fs::write(state_dir.join("ready"), "")?;
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let outcome = loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break Ok(true),
-            _ = term.recv() => break Ok(true),
-            _ = tick.tick() => {
-                if let Some(status) = proxy.exited() {
-                    eprintln!("the resource proxy exited ({status}); last log lines:\n{}", proxy.log_tail(40));
-                    break Ok(false);
-                }
-                if let Some((name, status)) = gateway.exited() {
-                    eprintln!("{name} exited ({status}); last log lines:\n{}", gateway.log_tails(40));
-                    break Ok(false);
-                }
-            }
-        }
-    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
     eprintln!("stopping");
-    drop(gateway);
     drop(proxy);
-    drop(cp);
-    outcome
+    drop(install);
+    Ok(true)
+}
+
+/// `DIR/pids`: every process the demo started (etcd, the API servers, the controller managers,
+/// the node's network-namespace holders and containers): its children.
+fn record_pids(state_dir: &Path) -> anyhow::Result<()> {
+    let me = std::process::id().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let name = entry?.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces, so split after its `)`.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if parent == Some(me.as_str()) {
+            pids.push(pid.to_owned());
+        }
+    }
+    std::fs::write(state_dir.join("pids"), pids.join("\n"))?;
+    Ok(())
 }
 
 fn print_steps(steps: &[steps::Step]) {

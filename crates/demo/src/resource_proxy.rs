@@ -1,279 +1,79 @@
-//! The resource proxy in the demo: the client cluster's users work with `widgets.demo.example`,
+//! The resource proxy in the demo: the client cluster's users work with `widgets.example.com`,
 //! a custom resource whose CRD exists only in the target cluster.
 //!
-//! Set up as a deployment would be: in the client cluster, the proxy runs as its own user
-//! `resource-proxy` with exactly the RBAC of `deploy/resource-proxy/client-rbac.yaml` (so the demo
-//! proves those manifests suffice, and the admin is not exempt from the deletion protection); in
-//! the target, the CRD and the RBAC of the proxy identity `loft:vcluster:p-demo:client-a`, whose
-//! client certificate is minted from the target's CA (the harness keeps the cluster PKI in
-//! `<state>/<cluster>/pki/`); a configuration file; and the `resource-proxy` binary, which
-//! registers itself in the client cluster.
+//! Installed as deployed, on the client cluster's node ([`resource_proxy_fixtures::install`],
+//! which the resource proxy's `on_node` test shares): the target gets
+//! `deploy/resource-proxy/target` (the proxy identity's RBAC, the owner-label policy) and the
+//! CRD; the client gets the Secret with a credential minted from the target's CA and `kubectl
+//! apply -k` of `deploy/resource-proxy` with the target's peer in `config.yaml`. The DaemonSet's
+//! Pod runs the built `resource-proxy` binary on the node's network (`hostNetwork`), as the
+//! ServiceAccount `kube-system/resource-proxy` with exactly the RBAC of `client-rbac.yaml`, and
+//! registers itself in the client cluster; the client's kube-apiserver reaches it through the
+//! aggregation layer.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
 
-use anyhow::{Context, bail};
-use test_cluster::{ControlPlane, ManagedProcess};
+use anyhow::Context;
+use resource_proxy_fixtures::{
+    APISERVICE, CLIENT_NAME, GROUP, IDENTITY, LISTENER_PORT, METRICS_PORT, NS, TARGET_PEER,
+};
+use test_cluster::ControlPlane;
+use test_cluster::netns::{GATEWAY, World};
 
-use crate::sibling_binary;
 use crate::steps::{Expect, On, Step};
 
-pub const GROUP: &str = "demo.example";
-pub const VERSION: &str = "v1";
-/// The client's virtual-cluster name (value of `vcluster.com/owner-vcluster`).
-pub const CLIENT_NAME: &str = "client-a";
-/// The client's project (value of `vcluster.com/owner-project`; namespace `p-demo`).
-pub const PROJECT: &str = "demo";
-/// The client cluster's RBAC for the proxy's user `resource-proxy`: the deploy manifests' own.
-const CLIENT_RBAC: &str = include_str!("../../../deploy/resource-proxy/client-rbac.yaml");
-/// The proxy's user in the client cluster (a subject of [`CLIENT_RBAC`]).
-const CLIENT_USER: &str = "resource-proxy";
+/// The client's project (value of `vcluster.com/owner-project`), as `config.yaml` says.
+const PROJECT: &str = "default";
 /// The namespace the demo commands use.
 const NAMESPACE: &str = "demo";
 
-const CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.demo.example
-spec:
-  group: demo.example
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    additionalPrinterColumns:
-    - {name: Size, type: integer, jsonPath: .spec.size}
-    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              size: {type: integer}
-              color: {type: string}
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-"#;
-
-/// The identity the target sees: `loft:vcluster:<client project namespace>:<client name>`.
-pub fn identity() -> String {
-    format!("loft:vcluster:p-{PROJECT}:{CLIENT_NAME}")
-}
-
-/// The target's RBAC for the proxy identity: the proxied group, namespaces (mirroring) and its
-/// own SelfSubjectReview.
-fn target_rbac() -> String {
-    format!(
-        r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: "resource-proxy:{PROJECT}:{CLIENT_NAME}"}}
-rules:
-- apiGroups: ["{GROUP}"]
-  resources: ["widgets", "widgets/status"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["get", "list", "create", "patch", "delete"]
-- apiGroups: ["authentication.k8s.io"]
-  resources: ["selfsubjectreviews"]
-  verbs: ["create"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: "resource-proxy:{PROJECT}:{CLIENT_NAME}"}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "resource-proxy:{PROJECT}:{CLIENT_NAME}"}}
-subjects:
-- {{kind: User, name: "{identity}", apiGroup: rbac.authorization.k8s.io}}
-"#,
-        identity = identity()
-    )
-}
-
 fn widget(name: &str, size: u32, color: &str) -> String {
     format!(
-        "apiVersion: {GROUP}/{VERSION}\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\nspec:\n  size: {size}\n  color: {color}\n"
+        "apiVersion: {GROUP}/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\nspec:\n  size: {size}\n  color: {color}\n"
     )
 }
 
-/// The running proxy and what the demo prints about it.
+/// The install and what the demo prints about it.
 pub struct ResourceProxy {
     dir: PathBuf,
-    process: ManagedProcess,
-    port: u16,
-    metrics_port: u16,
+    install: resource_proxy_fixtures::Install,
 }
 
 impl ResourceProxy {
-    /// Sets up the target, starts the proxy, and waits (up to 90 s) until the client's
-    /// `kubectl api-resources` lists the group.
-    pub async fn start(cp: &ControlPlane, state_dir: &Path) -> anyhow::Result<Self> {
-        let client = cp.cluster("client");
-        let target = cp.cluster("target");
+    /// Installs the proxy on the client's node (whose namespace is `world`) for the target and
+    /// waits until its Pod is Ready and its APIService Available.
+    pub async fn start(
+        cp: &ControlPlane,
+        world: &Arc<World>,
+        state_dir: &Path,
+    ) -> anyhow::Result<Self> {
         let dir = state_dir.join("resource-proxy");
         std::fs::create_dir_all(&dir)?;
-        let p = |n: &str| dir.join(n);
-
-        // Client: the proxy's own user with the deploy manifests' RBAC.
-        test_cluster::manifests::apply_yaml(&client.client().await?, CLIENT_RBAC, "kube-system")
-            .await
-            .context("applying deploy/resource-proxy/client-rbac.yaml in the client")?;
-        let client_kubeconfig = client.kubeconfig_for(CLIENT_USER, &[])?;
-
-        // Target: the CRD (only there), and RBAC for the proxy identity.
-        let admin = target.client().await?;
-        test_cluster::manifests::apply_crds_yaml(&admin, CRD)
-            .await
-            .context("installing the Widget CRD in the target")?;
-        test_cluster::manifests::apply_yaml(&admin, &target_rbac(), "default")
-            .await
-            .context("granting the proxy identity RBAC in the target")?;
-
-        // The proxy's credential for the target, minted from the target's CA.
-        let pki = state_dir.join("target").join("pki");
-        let read = |n: &str| {
-            std::fs::read_to_string(pki.join(n))
-                .with_context(|| format!("reading {}", pki.join(n).display()))
-        };
-        let ca = test_cluster::pki::Authority::load(&read("ca.crt")?, &read("ca.key")?)?;
-        let cred = ca.client_cert(&identity(), &[])?;
-        std::fs::write(p("target-ca.crt"), ca.cert_pem())?;
-        std::fs::write(p("target-client.crt"), &cred.cert_pem)?;
-        std::fs::write(p("target-client.key"), &cred.key_pem)?;
-
-        let port = test_cluster::free_port()?;
-        let metrics_port = test_cluster::free_port()?;
-        let config = format!(
-            r#"# Written by the demo (crates/demo/src/resource_proxy.rs). Reference: docs/resource-proxy.md
-client:
-  name: {CLIENT_NAME}
-  project: {PROJECT}
-  kubeconfig: {client_kubeconfig}
-customResources:
-  widgets.{GROUP}/{VERSION}:
-    enabled: true
-    accessResources: owned
-    targetVirtualCluster:
-      name: target
-targets:
-  {PROJECT}/target:
-    peers:
-      static: ["127.0.0.1:{target_port}"]
-    tls:
-      caFile: {ca}
-      serverName: localhost
-    credential:
-      clientCertificate:
-        certFile: {crt}
-        keyFile: {key}
-listeners:
-  basePort: {port}
-metrics:
-  address: 127.0.0.1:{metrics_port}
-"#,
-            client_kubeconfig = client_kubeconfig.display(),
-            target_port = target.server_port(0),
-            ca = p("target-ca.crt").display(),
-            crt = p("target-client.crt").display(),
-            key = p("target-client.key").display(),
-        );
-        std::fs::write(p("config.yaml"), config)?;
-        std::fs::write(p("widget.yaml"), widget("my-widget", 1, "blue"))?;
-        std::fs::write(p("their-widget.yaml"), widget("their-widget", 7, "red"))?;
-
-        let binary = sibling_binary("resource-proxy", "resource-proxy")?;
-        let process = ManagedProcess::spawn(
-            "resource-proxy",
-            &binary,
-            &[
-                "--config".to_owned(),
-                p("config.yaml").display().to_string(),
-            ],
-            &p("resource-proxy.log"),
+        std::fs::write(dir.join("widget.yaml"), widget("my-widget", 1, "blue"))?;
+        std::fs::write(
+            dir.join("their-widget.yaml"),
+            widget("their-widget", 7, "red"),
         )?;
-        let mut proxy = Self {
-            dir,
-            process,
-            port,
-            metrics_port,
-        };
-        proxy.wait_available(cp).await?;
-        Ok(proxy)
-    }
-
-    async fn wait_available(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
-        let client = cp.cluster("client");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-        loop {
-            if let Some(status) = self.process.exited() {
-                bail!(
-                    "resource-proxy exited ({status}); last log lines:\n{}",
-                    self.log_tail(40)
-                );
-            }
-            let out = client
-                .kubectl_ok(&["api-resources", "--api-group", GROUP, "-o", "name"])
+        let install =
+            resource_proxy_fixtures::install(cp.cluster("client"), cp.cluster("target"), world)
                 .await
-                .unwrap_or_default();
-            if out.contains(&format!("widgets.{GROUP}")) {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                let api_service = client
-                    .kubectl_ok(&[
-                        "get",
-                        "apiservice",
-                        &format!("{VERSION}.{GROUP}"),
-                        "-o",
-                        "yaml",
-                    ])
-                    .await
-                    .unwrap_or_else(|e| e.to_string());
-                bail!(
-                    "the client's kubectl api-resources did not list {GROUP} within 90 s\n{api_service}\n--- resource-proxy log ---\n{}",
-                    self.log_tail(40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.process.pid()
-    }
-
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.process.exited()
-    }
-
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
+                .context("installing deploy/resource-proxy on the client's node")?;
+        Ok(Self { dir, install })
     }
 
     /// What runs, where its files are.
     pub fn describe(&self) -> String {
-        let p = |n: &str| self.dir.join(n).display().to_string();
         format!(
             "Resource proxy: client cluster \"client\" -> target cluster \"target\"\n\
-             \x20 group/version  {GROUP}/{VERSION} (CRD widgets.{GROUP} exists only in the target)\n\
-             \x20 client         name {CLIENT_NAME}, project {PROJECT}; user {CLIENT_USER} in the client (deploy/resource-proxy/client-rbac.yaml), {identity} in the target\n\
-             \x20 listener       127.0.0.1:{port} (APIService {VERSION}.{GROUP} -> Service kube-system/proxy-{group_dashes}-{VERSION})\n\
-             \x20 metrics        http://127.0.0.1:{metrics}/metrics  (/healthz, /readyz)\n\
-             \x20 config         {config}\n\
-             \x20 log            {log}\n",
-            identity = identity(),
-            port = self.port,
-            group_dashes = GROUP.replace('.', "-"),
-            metrics = self.metrics_port,
-            config = p("config.yaml"),
-            log = p("resource-proxy.log"),
+             \x20 group/version  {GROUP}/v1 (CRD widgets.{GROUP} exists only in the target)\n\
+             \x20 install        kubectl apply -k deploy/resource-proxy (the target peer edited in configmap.yaml): DaemonSet {NS}/resource-proxy on the node, hostNetwork\n\
+             \x20 client         name {CLIENT_NAME}, project {PROJECT}; ServiceAccount {NS}/resource-proxy in the client (client-rbac.yaml), {IDENTITY} in the target\n\
+             \x20 listener       127.0.0.1:{LISTENER_PORT} on the node (APIService {APISERVICE} -> ExternalName Service localhost)\n\
+             \x20 target peer    {TARGET_PEER} in the node's network (relayed to the target's API server)\n\
+             \x20 metrics        http://{GATEWAY}:{METRICS_PORT}/metrics in the node's network (/healthz, /readyz)\n\
+             \x20 overlay        {overlay}\n",
+            overlay = self.install.overlay().display(),
         )
     }
 
@@ -282,10 +82,35 @@ metrics:
         let file = |n: &str| self.dir.join(n).display().to_string();
         let widget = file("widget.yaml");
         let theirs = file("their-widget.yaml");
-        let api_service = format!("{VERSION}.{GROUP}");
+        let api_service = APISERVICE;
         let owner_vcluster = format!("vcluster.com/owner-vcluster={CLIENT_NAME}");
         let owner_project = format!("vcluster.com/owner-project={PROJECT}");
         vec![
+            Step::new(
+                "The proxy runs as the DaemonSet's Pod on the node, with the node's address",
+                On::Client,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    NS,
+                    "-l",
+                    resource_proxy_fixtures::SELECTOR,
+                    "-o",
+                    "wide",
+                ],
+                Expect::Contains(vec![
+                    "Running".into(),
+                    "kt-node".into(),
+                    GATEWAY.to_string(),
+                ]),
+            ),
+            Step::new(
+                "Its log (kubectl logs through the node): it serves the group/version",
+                On::Client,
+                &["logs", "-n", NS, "daemonset/resource-proxy"],
+                Expect::Contains(vec!["serving".into(), format!("{GROUP}/v1")]),
+            ),
             Step::new(
                 "The CRD exists only in the target ...",
                 On::Target,
@@ -307,7 +132,7 @@ metrics:
             Step::new(
                 "The APIService is Available",
                 On::Client,
-                &["get", "apiservice", &api_service],
+                &["get", "apiservice", api_service],
                 Expect::Contains(vec!["True".into()]),
             ),
             Step::new(
@@ -320,7 +145,7 @@ metrics:
                 "(the proxy creates the namespace in the target too)",
                 On::Client,
                 &["apply", "-f", &widget],
-                Expect::Contains(vec!["widget.demo.example/my-widget".into()]),
+                Expect::Contains(vec![format!("widget.{GROUP}/my-widget")]),
             ),
             Step::new(
                 "List it in the client",
@@ -395,7 +220,7 @@ metrics:
             Step::new(
                 "The wiring is protected: deleting the APIService is denied",
                 On::Client,
-                &["delete", "apiservice", &api_service],
+                &["delete", "apiservice", api_service],
                 Expect::FailsWith("deletion of vCluster-protected resources is denied".into()),
             ),
             Step::new(

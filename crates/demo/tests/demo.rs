@@ -1,5 +1,6 @@
-//! `make demo` works: the built `demo --check` brings up the clusters, the resource proxy and the
-//! tunnel gateway, runs every command the demo prints, and passes.
+//! `make demo` works: the built `demo --check` brings up the clusters (the client with its node),
+//! installs the resource proxy and the tunnel gateway from `deploy/` as Pods on the node, runs
+//! every command the demo prints, and passes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ fn demo_binary() -> PathBuf {
     let demo = PathBuf::from(env!("CARGO_BIN_EXE_demo"));
     for (binary, package) in [
         ("resource-proxy", "resource-proxy"),
-        ("cloudflare-double", "cloudflare-double"),
+        ("cloudflared-standin", "cloudflare-double"),
         ("tunnel-proxy", "tunnel-proxy"),
         ("tunnel-gateway-controller", "tunnel-controller"),
     ] {
@@ -53,14 +54,14 @@ fn demo_check_runs_every_printed_command_and_passes() {
         &log,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(480);
     let status = loop {
         if let Some(status) = process.exited() {
             break status;
         }
         assert!(
             Instant::now() < deadline,
-            "demo --check did not finish in 300 s:\n{}",
+            "demo --check did not finish in 480 s:\n{}",
             process.log_tail(80)
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -76,26 +77,29 @@ fn demo_check_runs_every_printed_command_and_passes() {
         !lines.iter().any(|l| l.starts_with("FAIL")),
         "a step failed:\n{output}"
     );
-    // Every step ran: the resource proxy's (the watch and the protected APIService among them)
-    // and the tunnel gateway's (through the shared plane to the backend, and at Cloudflare).
+    // Every step ran: the resource proxy's (its Pod on the node, the watch and the protected
+    // APIService among them) and the tunnel gateway's (the backend Pods, a request through the
+    // edge to them, the ingress document at Cloudflare).
     let passed = lines.iter().filter(|l| l.starts_with("PASS  ")).count();
-    assert!(passed >= 24, "only {passed} steps ran:\n{output}");
+    assert!(passed >= 29, "only {passed} steps ran:\n{output}");
     for wanted in [
+        "get pods -n kube-system -l app.kubernetes.io/name=resource-proxy -o wide",
         "get widgets -n demo -w",
-        "delete apiservice v1.demo.example",
+        "delete apiservice v1.example.com",
         "--show-labels",
+        "deployment/hello",
         "gateway/hello",
         "httproute/hello",
         "curl -s -H 'Host: hello.demo.example' http://127.0.0.1:",
-        "/cfd_tunnel/6ff42ae2-765d-4adf-8112-31c55c1551ef/configurations",
+        "/configurations",
     ] {
         assert!(output.contains(wanted), "no step ran {wanted:?}:\n{output}");
     }
-    // The demo stopped what it started (the clusters, the proxy, the double, the shared plane
-    // and the controller) and removed its pid file.
+    // The demo stopped what it started (etcd, the API servers, the controller managers, the
+    // node's namespaces and every container of its Pods) and removed its pid file.
     assert!(!Path::new(&state).join("up.pid").exists());
     let pids = std::fs::read_to_string(state.join("pids")).unwrap();
-    assert!(pids.lines().count() >= 7, "pids: {pids}");
+    assert!(pids.lines().count() >= 15, "pids: {pids}");
     for pid in pids.lines() {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         assert!(

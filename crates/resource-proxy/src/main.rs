@@ -229,7 +229,7 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     let leadership =
         kube_support::leader::elect(client.clone(), &wiring::lease_config(&config, identity))
             .await?;
-    tokio::spawn(namespaces::run(
+    let namespaces_task = tokio::spawn(namespaces::run(
         cleaners.into_values().collect(),
         client.clone(),
         leadership.subscribe(),
@@ -259,6 +259,10 @@ async fn run(path: PathBuf, identity: Option<String>) -> anyhow::Result<()> {
     if let Ok(Err(e)) = wiring_task.await {
         tracing::error!(error = %e, "wiring stopped with an error");
     }
+    // The election ends (and releases the Lease) only once every subscriber is gone: the
+    // namespace sweep holds one and never returns on its own.
+    namespaces_task.abort();
+    let _ = namespaces_task.await;
     leadership.release().await;
     Ok(())
 }

@@ -23,7 +23,9 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Prepares the flags of API server `index` of cluster `cluster`, storing under `prefix`.
+    /// Prepares the flags of API server `index` of cluster `cluster`, storing under `prefix`,
+    /// with `extra` flags.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         bins: &Binaries,
         cluster: &str,
@@ -32,11 +34,12 @@ impl ApiServer {
         pki: &ClusterPki,
         etcd_url: &str,
         prefix: &str,
+        extra: &[String],
     ) -> Result<Self, Error> {
         let port = free_port()?;
         let f = pki.files();
         let p = |p: &Path| p.display().to_string();
-        let args = vec![
+        let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
             format!("--etcd-prefix={prefix}"),
             "--bind-address=127.0.0.1".to_owned(),
@@ -70,6 +73,7 @@ impl ApiServer {
             "--profiling=false".to_owned(),
             "--v=1".to_owned(),
         ];
+        args.extend_from_slice(extra);
         let name = format!("{cluster}/kube-apiserver-{index}");
         Ok(Self {
             name,

@@ -18,7 +18,8 @@ pub struct ClusterSpec {
     /// A second kube-apiserver on the same etcd prefix: an HA peer with its own endpoint.
     pub ha: bool,
     /// kube-controller-manager with the garbage collector and the namespace controller (and,
-    /// with a node, the deployment, replicaset, endpointslice and serviceaccount controllers).
+    /// with a node, the deployment, replicaset, daemonset, endpointslice and serviceaccount
+    /// controllers).
     pub controller_manager: bool,
     /// A node agent running this cluster's Pods as local processes.
     pub node: Option<NodeSpec>,
@@ -80,9 +81,19 @@ impl Cluster {
         let pki = ClusterPki::generate(&dir.join("pki"))?;
         let prefix = format!("/kube-tenancy/{}", spec.name);
         let count = if spec.ha { 2 } else { 1 };
+        // With a node, the API servers reach the cluster network through the node (its egress
+        // relay listens before they start).
+        let (egress, extra) = match &spec.node {
+            Some(_) => {
+                let (listener, flag) = egress_socket(&dir)?;
+                (Some(listener), vec![flag])
+            }
+            None => (None, Vec::new()),
+        };
         let servers = (0..count)
             .map(|i| {
-                ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix).map(Mutex::new)
+                ApiServer::new(bins, &spec.name, i, &dir, &pki, etcd_url, &prefix, &extra)
+                    .map(Mutex::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut cluster = Self {
@@ -108,10 +119,10 @@ impl Cluster {
         if spec.controller_manager {
             cluster.start_controller_manager(spec.node.is_some())?;
         }
-        if let Some(node) = &spec.node {
+        if let (Some(node), Some(egress)) = (&spec.node, egress) {
             let kubeconfig = cluster.kubeconfig_yaml(0, ADMIN_USER, &cluster.pki.admin()?);
             let dir = cluster.dir.join("node");
-            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir).await?);
+            cluster.node = Some(NodeAgent::start(node.clone(), kubeconfig, &dir, egress).await?);
         }
         Ok(cluster)
     }
@@ -121,8 +132,9 @@ impl Cluster {
     fn start_controller_manager(&self, with_node: bool) -> Result<(), Error> {
         let mut controllers = "garbage-collector-controller,namespace-controller".to_owned();
         if with_node {
-            controllers
-                .push_str(",deployment-controller,replicaset-controller,endpointslice-controller");
+            controllers.push_str(
+                ",deployment-controller,replicaset-controller,daemonset-controller,endpointslice-controller",
+            );
             // Every namespace's `default` ServiceAccount, whose token the node mounts in Pods.
             controllers.push_str(",serviceaccount-controller");
         }
@@ -383,6 +395,13 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The node (its Pods' processes and namespaces) before the API servers it watches.
+        self.node.take();
+    }
+}
+
 async fn run_kubectl(
     cmd: tokio::process::Command,
     args: &[&str],
@@ -434,6 +453,34 @@ async fn run(
             String::from_utf8_lossy(&out.stderr).into_owned(),
         ))
     })
+}
+
+/// Binds the node's egress socket in `dir` and writes the egress selector configuration; returns
+/// the listener and the kube-apiserver flag naming the configuration.
+fn egress_socket(dir: &Path) -> Result<(std::os::unix::net::UnixListener, String), Error> {
+    let socket = std::path::absolute(dir.join("egress.sock")).map_err(|e| Error::io(dir, e))?;
+    // A socket path is at most 107 bytes (sun_path).
+    if socket.as_os_str().len() > 107 {
+        return Err(Error::io(
+            &socket,
+            std::io::Error::other(
+                "the egress socket's path is longer than 107 bytes: use a shorter state directory",
+            ),
+        ));
+    }
+    match std::fs::remove_file(&socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&socket, e)),
+        _ => {}
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(&socket).map_err(|e| Error::io(&socket, e))?;
+    let config = dir.join("egress-selector.yaml");
+    std::fs::write(&config, crate::node::egress::config_yaml(&socket))
+        .map_err(|e| Error::io(&config, e))?;
+    Ok((
+        listener,
+        format!("--egress-selector-config-file={}", config.display()),
+    ))
 }
 
 fn validate_name(name: &str) -> Result<(), Error> {

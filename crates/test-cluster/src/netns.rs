@@ -188,12 +188,21 @@ impl World {
         };
         let pod = PodNetwork {
             world: Arc::clone(self),
-            holder,
+            own: Some(Own { holder, link }),
             ip: Ipv4Addr::new(10, 244, 0, host),
-            link,
         };
         pod.configure()?;
         Ok(pod)
+    }
+
+    /// The network of a `hostNetwork` Pod: the world's own namespace (where the bridge and the
+    /// node's address are), shared with every other such Pod.
+    pub fn host_network(self: &Arc<Self>) -> PodNetwork {
+        PodNetwork {
+            world: Arc::clone(self),
+            own: None,
+            ip: GATEWAY,
+        }
     }
 
     fn release(&self, host: u8) {
@@ -205,24 +214,32 @@ impl World {
     }
 }
 
-/// One pod's network namespace. Dropping it deletes its veth and its namespace and frees its
-/// address.
+/// One pod's network: a namespace of its own, or (`hostNetwork`) the world's. Dropping a
+/// namespace of its own deletes its veth and its namespace and frees its address.
 pub struct PodNetwork {
     world: Arc<World>,
-    holder: Holder,
+    own: Option<Own>,
     ip: Ipv4Addr,
+}
+
+/// A Pod's own namespace and the name of its veth's end on the bridge.
+struct Own {
+    holder: Holder,
     link: String,
 }
 
 impl PodNetwork {
     fn configure(&self) -> Result<(), Error> {
-        let pid = self.holder.pid().to_string();
+        let Some(own) = &self.own else {
+            return Ok(());
+        };
+        let pid = own.holder.pid().to_string();
         let w = &self.world;
         w.ip(&[
-            "link", "add", &self.link, "type", "veth", "peer", "name", "eth0", "netns", &pid,
+            "link", "add", &own.link, "type", "veth", "peer", "name", "eth0", "netns", &pid,
         ])?;
-        w.ip(&["link", "set", &self.link, "master", BRIDGE])?;
-        w.ip(&["link", "set", &self.link, "up"])?;
+        w.ip(&["link", "set", &own.link, "master", BRIDGE])?;
+        w.ip(&["link", "set", &own.link, "up"])?;
         let addr = format!("{}/{PREFIX_LEN}", self.ip);
         let gateway = GATEWAY.to_string();
         self.ip_cmd(&["link", "set", "lo", "up"])?;
@@ -232,29 +249,34 @@ impl PodNetwork {
         Ok(())
     }
 
-    /// The pod's address.
+    /// The pod's address (the node's, with `hostNetwork`).
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
     }
 
+    /// The namespace's holder: the Pod's own, or the world's.
+    fn holder(&self) -> &Holder {
+        self.own.as_ref().map_or(&self.world.holder, |o| &o.holder)
+    }
+
     /// The path of the pod's namespace (for `nsenter --net=<path>`), valid while it lives.
     pub fn ns_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/ns/net", self.holder.pid()))
+        PathBuf::from(format!("/proc/{}/ns/net", self.holder().pid()))
     }
 
     /// The pid of the process holding the pod's namespace.
     pub fn holder_pid(&self) -> u32 {
-        self.holder.pid()
+        self.holder().pid()
     }
 
     /// Runs `ip args` inside the pod's namespace.
     pub fn ip_cmd(&self, args: &[&str]) -> Result<String, Error> {
-        run_in(self.holder.ns.as_fd(), "ip", args)
+        run_in(self.holder().ns.as_fd(), "ip", args)
     }
 
     /// Makes `cmd` enter the pod's namespace before it execs. Spawn it while `self` lives.
     pub fn enter(&self, cmd: &mut Command) {
-        enter_before_exec(cmd, self.holder.ns.as_raw_fd());
+        enter_before_exec(cmd, self.holder().ns.as_raw_fd());
     }
 
     /// Starts `cmd` inside the pod's namespace as a managed process logging to `log_path`.
@@ -282,11 +304,14 @@ impl PodNetwork {
 
 impl Drop for PodNetwork {
     fn drop(&mut self) {
+        let Some(own) = &mut self.own else {
+            return;
+        };
         // Deleting the world's end removes the pair at once; the namespace goes with its holder.
-        if let Err(e) = self.world.ip(&["link", "del", &self.link]) {
-            tracing::warn!(link = %self.link, error = %e, "deleting a pod's veth");
+        if let Err(e) = self.world.ip(&["link", "del", &own.link]) {
+            tracing::warn!(link = %own.link, error = %e, "deleting a pod's veth");
         }
-        self.holder.process.kill();
+        own.holder.process.kill();
         self.world.release(self.ip.octets()[3]);
     }
 }

@@ -137,6 +137,9 @@ fn server_pod(name: &str, grace: i64) -> serde_json::Value {
 async fn node_registers_with_a_lease() {
     let client = cp().cluster("node").client().await.unwrap();
     let node = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
+    // Ready, so without the `not-ready` taint the API server gave it (DaemonSets need that).
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(taints.is_empty(), "{taints:?}");
     let status = node.status.unwrap();
     let ready = status
         .conditions
@@ -739,9 +742,13 @@ async fn pre_stop_hooks_run_before_sigterm() {
     assert!(log.contains("TERM\n"), "{log}");
 }
 
+/// A `hostNetwork` Pod runs in the node's namespace: its address is the node's, and the
+/// kube-apiserver reaches it through its `cluster` egress (here the `proxy` subresource) as a
+/// kube-apiserver next to the node would; deleted, it is gone from that address.
 #[tokio::test]
-async fn host_network_is_refused_with_a_reason() {
-    let client = cp().cluster("node").client().await.unwrap();
+async fn a_host_network_pod_serves_on_the_node_address_and_the_apiserver_reaches_it() {
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
     let ns = namespace(&client, "hostnet").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create_pod(
@@ -750,18 +757,49 @@ async fn host_network_is_refused_with_a_reason() {
             "metadata": {"name": "host"},
             "spec": {
                 "hostNetwork": true,
-                "containers": [{"name": "main", "image": "shell", "args": ["-c", "sleep 60"]}],
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{
+                    "name": "web",
+                    "image": "kt-test-server",
+                    "env": [
+                        {"name": "PORT", "value": "18080"},
+                        {"name": "IDENTITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    ],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 18080}, "periodSeconds": 1},
+                }],
             },
         }),
     )
     .await;
-    let pod = wait_pod(&pods, "host", Duration::from_secs(30), |p| {
-        status_json(p)["containerStatuses"][0]["state"]["waiting"]["message"]
-            == "hostNetwork is not supported by this node yet"
+    let pod = wait_pod(&pods, "host", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
     })
     .await;
-    assert_eq!(phase(&pod), "Pending");
+    let status = status_json(&pod);
+    assert_eq!(status["podIP"], "10.244.0.1", "{status}");
+    assert_eq!(status["hostIP"], "10.244.0.1", "{status}");
+    let answer = http_get("10.244.0.1:18080".parse().unwrap(), "/direct")
+        .await
+        .unwrap();
+    assert!(answer.contains("host\n/direct"), "{answer}");
+    let path = format!("/api/v1/namespaces/{ns}/pods/host:18080/proxy/through-the-apiserver");
+    let answer = cluster.kubectl_ok(&["get", "--raw", &path]).await.unwrap();
+    assert!(
+        answer.starts_with("host\n/through-the-apiserver"),
+        "{answer}"
+    );
     pods.delete("host", &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("host").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "not deleted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        http_get("10.244.0.1:18080".parse().unwrap(), "/")
+            .await
+            .is_err(),
+        "still served after the Pod was deleted"
+    );
 }
 
 /// The `<word> <seconds since the epoch>` lines a container printed (its CRI log), in order.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cloudflare_double::{CloudflareDouble, ControlError, Options, TokenScope, TunnelInfo};
 use test_cluster::netns::World;
 use test_cluster::node::NodeSpec;
-use test_cluster::{Cluster, ClusterSpec, ControlPlane};
+use test_cluster::{Cluster, ClusterSpec, ControlPlane, ControlPlaneBuilder};
 
 /// The install's namespace.
 pub const NS: &str = crate::SYSTEM_NS;
@@ -97,6 +97,8 @@ impl Binaries {
 /// The running install: control plane, node, double and the class tunnel.
 pub struct NodeInstall {
     pub cp: ControlPlane,
+    /// The cluster with the node and the install.
+    cluster: String,
     pub double: CloudflareDouble,
     pub account: String,
     /// The class tunnel (the shared plane's).
@@ -105,9 +107,9 @@ pub struct NodeInstall {
 }
 
 impl NodeInstall {
-    /// The cluster (named `install`).
+    /// The cluster with the node and the install (`install` with [`start`]).
     pub fn cluster(&self) -> &Arc<Cluster> {
-        self.cp.cluster("install")
+        self.cp.cluster(&self.cluster)
     }
 
     /// The double's edge on host loopback.
@@ -129,8 +131,8 @@ impl NodeInstall {
     }
 }
 
-/// Brings up the double, the cluster with its node (every Pod's `/etc/hosts` also gets
-/// `hosts`), the install with the kustomization, and waits for the controller's rollout.
+/// Brings up the double, the cluster `install` with its node (every Pod's `/etc/hosts` also
+/// gets `hosts`), the install with the kustomization, and waits for the controller's rollout.
 pub async fn start(
     binaries: &Binaries,
     hosts: &[(&str, IpAddr)],
@@ -143,6 +145,24 @@ pub async fn start_with(
     binaries: &Binaries,
     hosts: &[(&str, IpAddr)],
     method: Method,
+) -> Result<NodeInstall, NodeError> {
+    start_on(binaries, hosts, "install", method, |node| {
+        ControlPlane::builder()
+            .cluster(ClusterSpec::new("install").controller_manager().node(node))
+            .gateway_api()
+    })
+    .await
+}
+
+/// [`start_with`] on the caller's control plane: `control_plane` gets the node's spec and
+/// returns the control plane to start, whose cluster `cluster` has that node (and the Gateway
+/// API CRDs); the caller may add to the node (images, labels) and add clusters.
+pub async fn start_on(
+    binaries: &Binaries,
+    hosts: &[(&str, IpAddr)],
+    cluster: &str,
+    method: Method,
+    control_plane: impl FnOnce(NodeSpec) -> ControlPlaneBuilder,
 ) -> Result<NodeInstall, NodeError> {
     let double = CloudflareDouble::start_with(Options {
         edge: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
@@ -167,19 +187,16 @@ pub async fn start_with(
     for (host, addr) in hosts {
         node = node.host(*host, *addr);
     }
-    let cp = ControlPlane::builder()
-        .cluster(ClusterSpec::new("install").controller_manager().node(node))
-        .gateway_api()
-        .start()
-        .await?;
+    let cp = control_plane(node).start().await?;
     let world = cp
-        .cluster("install")
+        .cluster(cluster)
         .node()
-        .expect("the cluster has a node")
+        .ok_or_else(|| NodeError::Wait(format!("the cluster {cluster} has no node")))?
         .world()
         .clone();
     let install = NodeInstall {
         cp,
+        cluster: cluster.to_owned(),
         double,
         account,
         tunnel,

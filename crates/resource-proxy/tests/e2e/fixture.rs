@@ -7,6 +7,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use test_cluster::{Cluster, ClusterSpec, ControlPlane, ManagedProcess};
 
+use crate::kubectl_support::kubectl;
+
 pub const GROUP: &str = "example.test";
 pub const VERSION: &str = "v1";
 
@@ -273,40 +275,6 @@ async fn wait_available(proxy: &Proxy, group: &str, resource: &str) {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// Creates a namespace in a cluster (admin) and returns its name.
-pub async fn namespace(cluster: &Cluster, prefix: &str) -> String {
-    let ns = test_cluster::unique_name(prefix);
-    cluster
-        .kubectl_ok(&["create", "namespace", &ns])
-        .await
-        .unwrap();
-    ns
-}
-
-/// Runs kubectl against `cluster`; panics with stderr on failure.
-pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    cluster
-        .kubectl_ok(args)
-        .await
-        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
-}
-
-/// Runs kubectl expecting failure; returns stderr.
-pub async fn kubectl_err(cluster: &Cluster, args: &[&str]) -> String {
-    match cluster.kubectl_ok(args).await {
-        Ok(out) => panic!("kubectl {} succeeded unexpectedly: {out}", args.join(" ")),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// kubectl with stdin.
-pub async fn kubectl_in(cluster: &Cluster, args: &[&str], input: &str) -> String {
-    cluster
-        .kubectl_stdin(args, input)
-        .await
-        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
 }
 
 pub fn widget(name: &str, extra_labels: &str) -> String {

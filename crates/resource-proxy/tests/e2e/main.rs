@@ -13,6 +13,8 @@ mod field_selectors;
 mod fixture;
 mod informer;
 mod isolation;
+#[path = "../support/kubectl.rs"]
+mod kubectl_support;
 mod kubectl_verbs;
 mod monitoring;
 mod openapi;
@@ -23,3 +25,4 @@ mod topologies;
 mod watches;
 
 pub use fixture::*;
+pub use kubectl_support::*;

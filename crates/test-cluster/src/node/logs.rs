@@ -2,8 +2,9 @@
 //! <container>` over TLS with `tailLines`, `limitBytes`, `follow`, `sinceTime`, `sinceSeconds`
 //! and `timestamps`.
 //!
-//! It listens on host loopback (the Node's `Hostname` address is `127.0.0.1`, the address type
-//! kube-apiserver prefers) with a certificate of its own authority; kube-apiserver is not given
+//! It listens on host loopback, relayed into the node's namespace at the Node's address and
+//! [`super::KUBELET_PORT`] (kube-apiserver dials it through its `cluster` egress, see
+//! [`super::egress`]), with a certificate of its own authority; kube-apiserver is not given
 //! that authority (no `--kubelet-certificate-authority`), as in most test clusters. Logs are
 //! CRI log files (see `crilog`), so `sinceTime`, `sinceSeconds` and `timestamps` work too.
 
@@ -32,7 +33,10 @@ impl Endpoint {
     /// Binds 127.0.0.1 on a free port with a fresh serving certificate.
     pub(super) fn bind(node: &str) -> Result<Self, Error> {
         let authority = Authority::generate(&format!("{node}-kubelet-ca"))?;
-        let serving = authority.serving_cert(&[node, "localhost"], &[[127, 0, 0, 1].into()])?;
+        let serving = authority.serving_cert(
+            &[node, "localhost"],
+            &[[127, 0, 0, 1].into(), crate::netns::GATEWAY.into()],
+        )?;
         let cert = CertificateDer::from_pem_slice(serving.cert_pem.as_bytes())
             .map_err(|e| Error::Pki(e.to_string()))?;
         let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())

@@ -12,6 +12,7 @@
 //! and every process and namespace it made.
 
 mod crilog;
+pub(crate) mod egress;
 mod env;
 mod logs;
 mod pod;
@@ -37,6 +38,10 @@ use crate::netns::{GATEWAY, World};
 
 /// The port Pods reach the cluster's API on, at the node's address ([`GATEWAY`]).
 pub const API_PORT: u16 = 443;
+/// The taint a new Node gets until it is Ready.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// The kubelet's port at the node's address (its log endpoint, relayed from host loopback).
+pub const KUBELET_PORT: u16 = 10250;
 
 /// What the node runs: its name, the image → executable map and its `/etc/hosts` entries.
 #[derive(Clone, Debug)]
@@ -47,6 +52,9 @@ pub struct NodeSpec {
     pub images: BTreeMap<String, PathBuf>,
     /// Extra `/etc/hosts` entries of every Pod: name → address.
     pub hosts: BTreeMap<String, std::net::IpAddr>,
+    /// Labels of the Node besides `kubernetes.io/hostname` and `kubernetes.io/os` (e.g.
+    /// `node-role.kubernetes.io/control-plane`, which DaemonSets of the control plane select).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl NodeSpec {
@@ -56,7 +64,14 @@ impl NodeSpec {
             name: name.into(),
             images: BTreeMap::new(),
             hosts: BTreeMap::new(),
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Gives the Node the label `key` = `value`.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
     }
 
     /// Adds `name` → `address` to every Pod's `/etc/hosts`.
@@ -95,8 +110,14 @@ pub struct NodeAgent {
 impl NodeAgent {
     /// Creates the private network namespace, registers the Node with the cluster that
     /// `kubeconfig` (kubeconfig text) points at, and starts running its Pods. Containers' logs
-    /// and working directories live under `dir`.
-    pub async fn start(spec: NodeSpec, kubeconfig: String, dir: &Path) -> Result<Self, Error> {
+    /// and working directories live under `dir`. `egress` is the socket the cluster's
+    /// kube-apiserver sends its `cluster` egress to (see [`egress`]).
+    pub(crate) async fn start(
+        spec: NodeSpec,
+        kubeconfig: String,
+        dir: &Path,
+        egress: std::os::unix::net::UnixListener,
+    ) -> Result<Self, Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let world = Arc::new(World::create(&spec.name, &dir.join("netns"))?);
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -117,6 +138,7 @@ impl NodeAgent {
                     kubeconfig,
                     context_world,
                     context_dir,
+                    egress,
                     ready_tx,
                     shutdown_rx,
                 ));
@@ -169,6 +191,7 @@ async fn run(
     kubeconfig: String,
     world: Arc<World>,
     dir: PathBuf,
+    egress: std::os::unix::net::UnixListener,
     ready: oneshot::Sender<Result<(), Error>>,
     shutdown: oneshot::Receiver<()>,
 ) {
@@ -176,7 +199,7 @@ async fn run(
         let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
         let api = api_server(&kubeconfig)?;
-        register(&client, &spec.name, endpoint.port()).await?;
+        register(&client, &spec.name, &spec.labels).await?;
         Ok::<_, Error>((client, endpoint, api))
     }
     .await;
@@ -199,11 +222,17 @@ async fn run(
         api_ca,
     });
     let inside = std::net::SocketAddr::from((GATEWAY, API_PORT));
+    let kubelet = std::net::SocketAddr::from((GATEWAY, KUBELET_PORT));
+    let kubelet_host = std::net::SocketAddr::from(([127, 0, 0, 1], context.kubelet_port));
     tokio::select! {
         _ = shutdown => {}
         Err(e) = context.world.expose(inside, api_addr) => {
             tracing::error!(error = %e, "relaying the API into the node's namespace");
         }
+        Err(e) = context.world.expose(kubelet, kubelet_host) => {
+            tracing::error!(error = %e, "relaying the kubelet port into the node's namespace");
+        }
+        () = egress::serve(egress, Arc::clone(&context.world)) => {}
         () = endpoint.serve(context.dir.clone()) => {}
         () = heartbeat(&context) => {}
         () = pods(&context) => {}
@@ -238,7 +267,7 @@ fn api_server(kubeconfig: &str) -> Result<(std::net::SocketAddr, String), Error>
 }
 
 /// The Node's status as the agent reports it (also every heartbeat).
-fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
+fn node_status(since: &str) -> serde_json::Value {
     let now = now();
     json!({
         "status": {
@@ -250,13 +279,13 @@ fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
                 "lastHeartbeatTime": now,
                 "lastTransitionTime": since,
             }],
-            // kube-apiserver reaches the kubelet at the first address of the type it prefers
-            // (Hostname first): the log endpoint on host loopback.
+            // kube-apiserver reaches the kubelet (its log endpoint) at this address through its
+            // `cluster` egress (see `egress`). No `Hostname` address: the apiserver would
+            // prefer it, and the relay resolves no names.
             "addresses": [
                 {"type": "InternalIP", "address": GATEWAY.to_string()},
-                {"type": "Hostname", "address": "127.0.0.1"},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
             "capacity": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "250"},
             "nodeInfo": {
@@ -269,12 +298,17 @@ fn node_status(since: &str, kubelet_port: u16) -> serde_json::Value {
     })
 }
 
-async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Result<(), Error> {
+async fn register(
+    client: &kube::Client,
+    name: &str,
+    extra_labels: &BTreeMap<String, String>,
+) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(client.clone());
+    let mut labels = extra_labels.clone();
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.insert("kubernetes.io/os".into(), "linux".into());
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-        }},
+        "metadata": {"name": name, "labels": labels},
     }))
     .map_err(|e| Error::Manifest(e.to_string()))?;
     match nodes.create(&PostParams::default(), &node).await {
@@ -286,9 +320,27 @@ async fn register(client: &kube::Client, name: &str, kubelet_port: u16) -> Resul
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(node_status(&now(), kubelet_port)),
+            &Patch::Merge(node_status(&now())),
         )
         .await?;
+    // The API server taints a new Node `not-ready` (admission plugin TaintNodesByCondition);
+    // the node lifecycle controller, which does not run here, lifts it once the Node reports
+    // Ready. DaemonSet Pods do not tolerate it.
+    let registered = nodes.get(name).await?;
+    let taints = registered.spec.and_then(|s| s.taints).unwrap_or_default();
+    if taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+        let kept: Vec<_> = taints
+            .into_iter()
+            .filter(|t| t.key != NOT_READY_TAINT)
+            .collect();
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": kept}})),
+            )
+            .await?;
+    }
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -327,7 +379,7 @@ async fn heartbeat(context: &Context) {
                 .patch_status(
                     name,
                     &PatchParams::default(),
-                    &Patch::Merge(node_status(&since, context.kubelet_port)),
+                    &Patch::Merge(node_status(&since)),
                 )
                 .await
         {

@@ -1,5 +1,5 @@
-//! One Pod on the node: its network namespace, a process per container, its status, and its
-//! graceful deletion.
+//! One Pod on the node: its network namespace (the node's with `hostNetwork`), a process per
+//! container, its status, and its graceful deletion.
 //!
 //! A worker owns everything of its Pod (the [`PodNetwork`], the [`ManagedProcess`]es), so
 //! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
@@ -237,14 +237,25 @@ impl Worker {
     async fn drive(&mut self, rx: &mut watch::Receiver<Option<Pod>>) {
         let world = Arc::clone(&self.context.world);
         let pod = format!("{}-{}", self.namespace, self.name);
+        let host_network = self
+            .pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.host_network == Some(true));
         // `ip` runs a few times: off the runtime's threads.
-        let net = tokio::task::spawn_blocking(move || world.add_pod(&pod))
-            .await
-            .unwrap_or_else(|e| {
-                Err(crate::Error::Network(format!(
-                    "creating the namespace: {e}"
-                )))
-            });
+        let net = tokio::task::spawn_blocking(move || {
+            if host_network {
+                Ok(world.host_network())
+            } else {
+                world.add_pod(&pod)
+            }
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::Error::Network(format!(
+                "creating the namespace: {e}"
+            )))
+        });
         match net {
             Ok(net) => self.net = Some(net),
             Err(e) => {
@@ -258,20 +269,6 @@ impl Worker {
                         message: message.clone(),
                     };
                 }
-            }
-        }
-        let host_network = self
-            .pod
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.host_network == Some(true));
-        if host_network {
-            let message = "hostNetwork is not supported by this node yet".to_owned();
-            for i in 0..self.containers.len() {
-                self.containers[i].restart_at = None;
-                let event = format!("Error: {message}");
-                self.wait(i, "CreateContainerConfigError", message.clone(), &event)
-                    .await;
             }
         }
         loop {
