@@ -190,10 +190,7 @@ fn outcome(
             "no listener is valid; see the listener conditions".to_owned(),
         );
     }
-    // As for a Gateway: a listener whose certificates do not resolve takes routes but serves
-    // nothing, and the ListenerSet says so.
-    let served = view.listeners.iter().filter(|l| l.served).count();
-    view.accepted = if served < view.listeners.len() {
+    view.accepted = if attachable < view.listeners.len() {
         Verdict::new(
             "Accepted",
             true,
@@ -203,13 +200,7 @@ fn outcome(
     } else {
         Verdict::ok("Accepted", "the ListenerSet is accepted")
     };
-    view.programmed = if served == 0 {
-        Verdict::fail(
-            "Programmed",
-            "Invalid",
-            "no listener is programmed (see the listener conditions): routes attach, but nothing is served through this ListenerSet",
-        )
-    } else if parent.programmed.status {
+    view.programmed = if parent.programmed.status {
         Verdict::ok(
             "Programmed",
             format!("its listeners are served with Gateway {parent_key}'s"),
@@ -473,10 +464,11 @@ fn listener(
             },
         );
     }
-    // As a Gateway's listener: routes attach to it when it is accepted; it serves them only once
-    // its certificates resolve.
-    let attachable = accepted.status && !kinds.is_empty();
-    let served = attachable && resolved.status;
+    // Unlike a Gateway's listener, one whose certificates do not resolve takes no routes: the
+    // conformance suite (ListenerSetReferenceGrant) wants such a set not accepted at all, while a
+    // Gateway with such a listener stays accepted (GatewayWithAttachedRoutes).
+    let attachable = accepted.status && resolved.status && !kinds.is_empty();
+    let served = attachable;
     let programmed = if served {
         Verdict::ok("Programmed", "the listener is programmed")
     } else if let Some((reason, _)) = &conflict {
