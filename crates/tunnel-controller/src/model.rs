@@ -14,6 +14,7 @@
 //!   Gateway's own.
 //! - `attachment`: route attachment, BackendTLSPolicies in use, partitions' route tables and
 //!   listeners, tunnels' hostnames.
+//! - `selector`: the label selectors of allowedRoutes and allowedListeners against a namespace.
 //!
 //! The golden tests in `tests/model/` run snapshots through [`compute`] and the status writer.
 
@@ -21,6 +22,7 @@ mod attachment;
 mod classes;
 mod gateways;
 mod listener_sets;
+mod selector;
 mod types;
 
 use std::collections::BTreeMap;

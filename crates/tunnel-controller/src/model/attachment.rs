@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use tunnel_config::config;
 
+use super::selector;
 use super::types::{
     GatewayOutcome, HOSTNAME_NOT_PERMITTED, ListenerOutcome, Model, ParentOutcome, PartitionPlan,
     PolicyOutcome, ROUTE_SHADOWED, RouteOutcome, RouteParentStatus, Settings, TunnelPlan,
@@ -704,30 +705,17 @@ fn namespace_allowed(
     match ns.and_then(|n| n.from.clone()) {
         Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
         Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => {
-            let Some(sel) = ns.and_then(|n| n.selector.as_ref()) else {
+            let Some(sel) = ns
+                .and_then(|n| n.selector.as_ref())
+                .and_then(selector::label_selector)
+            else {
                 return false;
             };
             let labels = namespaces
                 .get(route_ns)
                 .and_then(|n| n.metadata.labels.clone())
                 .unwrap_or_default();
-            let labels_ok = sel
-                .match_labels
-                .iter()
-                .flatten()
-                .all(|(k, v)| labels.get(k) == Some(v));
-            let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
-                let has = labels.get(&e.key);
-                let values = e.values.clone().unwrap_or_default();
-                match e.operator.as_str() {
-                    "In" => has.is_some_and(|v| values.contains(v)),
-                    "NotIn" => has.is_none_or(|v| !values.contains(v)),
-                    "Exists" => has.is_some(),
-                    "DoesNotExist" => has.is_none(),
-                    _ => false,
-                }
-            });
-            labels_ok && exprs_ok
+            selector::selects(&sel, &labels)
         }
         _ => gw.namespace().as_deref() == Some(route_ns),
     }

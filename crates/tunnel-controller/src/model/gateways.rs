@@ -343,7 +343,7 @@ fn listener_outcomes(gw: &Gateway, idx: &BackendIndex) -> Vec<ListenerOutcome> {
                 Verdict::ok("Accepted", "the listener is accepted")
             };
             let certificates = if l.protocol == "HTTPS" && protocol_ok {
-                listener_certificates(gw, l, idx)
+                listener_certificates("Gateway", &gw.namespace().unwrap_or_default(), l, idx)
             } else {
                 Ok(())
             };
@@ -397,10 +397,12 @@ fn listener_outcomes(gw: &Gateway, idx: &BackendIndex) -> Vec<ListenerOutcome> {
 }
 
 /// An HTTPS listener's `tls.certificateRefs`: each must be a valid `kubernetes.io/tls` Secret
-/// the Gateway may reference. Cloudflare's edge presents its own certificate, so they are
-/// validated, not served; the first problem is the listener's `ResolvedRefs=False`.
-fn listener_certificates(
-    gw: &Gateway,
+/// the listener's owner (`referrer_kind` `Gateway` or `ListenerSet`, in `referrer_ns`) may
+/// reference. Cloudflare's edge presents its own certificate, so they are validated, not served;
+/// the first problem is the listener's `ResolvedRefs=False`.
+pub(super) fn listener_certificates(
+    referrer_kind: &str,
+    referrer_ns: &str,
     l: &GatewayListeners,
     idx: &BackendIndex,
 ) -> Result<(), Verdict> {
@@ -423,8 +425,9 @@ fn listener_certificates(
             namespace: r.namespace.as_deref(),
             name: &r.name,
         };
-        translate::gateway_tls_secret(
-            gw,
+        translate::tls_secret(
+            referrer_kind,
+            referrer_ns,
             "tls.certificateRefs",
             reference,
             "InvalidCertificateRef",

@@ -26,10 +26,12 @@ use gateway_api::apis::standard::gateways::{
 };
 use gateway_api::apis::standard::listenersets::ListenerSet;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use tunnel_config::config;
 
+use super::gateways::listener_certificates;
+use super::selector;
 use super::types::{
     GatewayOutcome, HOSTNAME_NOT_PERMITTED, ListenerOutcome, ListenerSetOutcome, Model,
     PERMISSIVE_HOSTNAME, SUPPORTED_KINDS,
@@ -37,7 +39,7 @@ use super::types::{
 use crate::conditions::Verdict;
 use crate::keys::{GATEWAY_GROUP, ObjKey};
 use crate::ownership::{Delegations, Refusal};
-use crate::translate::{self, BackendIndex};
+use crate::translate::BackendIndex;
 use crate::world::Snapshot;
 
 /// Decides every ListenerSet whose parentRef names a Gateway of `model` (after the Gateways).
@@ -246,16 +248,15 @@ fn admits(
             }
         }
         Some(GatewayAllowedListenersNamespacesFrom::Selector) => {
-            let selector: Option<LabelSelector> = allowed
+            let selector = allowed
                 .and_then(|n| n.selector.as_ref())
-                .and_then(|s| serde_json::to_value(s).ok())
-                .and_then(|v| serde_json::from_value(v).ok());
+                .and_then(selector::label_selector);
             let labels = namespaces
                 .get(namespace)
                 .and_then(|n| n.metadata.labels.clone())
                 .unwrap_or_default();
             match selector {
-                Some(s) if selects(&s, &labels) => Ok(()),
+                Some(s) if selector::selects(&s, &labels) => Ok(()),
                 Some(_) => Err(
                     "the namespace's labels do not match spec.allowedListeners.namespaces.selector"
                         .to_owned(),
@@ -270,27 +271,6 @@ fn admits(
             Err("spec.allowedListeners.namespaces.from is None (the default)".to_owned())
         }
     }
-}
-
-/// A label selector against a namespace's labels (an empty selector selects every namespace).
-fn selects(s: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = s
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = s.match_expressions.iter().flatten().all(|e| {
-        let has = labels.get(&e.key);
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => has.is_some_and(|v| values.contains(v)),
-            "NotIn" => has.is_none_or(|v| !values.contains(v)),
-            "Exists" => has.is_some(),
-            "DoesNotExist" => has.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
 }
 
 /// The ports and hostnames the merged listeners of one Gateway hold, in precedence order.
@@ -404,7 +384,7 @@ fn listener(
     let protocol_ok = l.protocol == "HTTP" || (l.protocol == "HTTPS" && !passthrough);
     let (kinds, invalid_kinds) = route_kinds(l, protocol_ok);
     let resolved = if protocol_ok && l.protocol == "HTTPS" {
-        certificates(key, l, idx).err()
+        listener_certificates("ListenerSet", &key.namespace, l, idx).err()
     } else {
         None
     }
@@ -547,81 +527,4 @@ fn not_delegated(d: &Delegations, namespace: &str, l: &GatewayListeners) -> Opti
     Some(format!(
         "{why} (hostname ownership of the Gateway's class, GatewayClassConfig spec.hostnameOwnership); the listener serves nothing"
     ))
-}
-
-/// An HTTPS listener's `tls.certificateRefs`, referenced by the ListenerSet (as the Gateway's
-/// are: validated, not served; Cloudflare's edge presents its own certificate).
-fn certificates(key: &ObjKey, l: &GatewayListeners, idx: &BackendIndex) -> Result<(), Verdict> {
-    let refs = l
-        .tls
-        .as_ref()
-        .and_then(|t| t.certificate_refs.as_deref())
-        .unwrap_or_default();
-    if refs.is_empty() {
-        return Err(Verdict::fail(
-            "ResolvedRefs",
-            "InvalidCertificateRef",
-            "an HTTPS listener needs tls.certificateRefs",
-        ));
-    }
-    for r in refs {
-        let reference = translate::SecretRef {
-            group: r.group.as_deref(),
-            kind: r.kind.as_deref(),
-            namespace: r.namespace.as_deref(),
-            name: &r.name,
-        };
-        translate::tls_secret(
-            "ListenerSet",
-            &key.namespace,
-            "tls.certificateRefs",
-            reference,
-            "InvalidCertificateRef",
-            idx,
-        )?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    #[test]
-    fn a_selector_matches_labels_and_expressions() {
-        let labels: BTreeMap<String, String> =
-            [("team".to_owned(), "a".to_owned())].into_iter().collect();
-        let sel = |labels: &[(&str, &str)], exprs: &[(&str, &str, &[&str])]| LabelSelector {
-            match_labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            match_expressions: Some(
-                exprs
-                    .iter()
-                    .map(|(k, op, v)| LabelSelectorRequirement {
-                        key: (*k).to_owned(),
-                        operator: (*op).to_owned(),
-                        values: Some(v.iter().map(|s| (*s).to_owned()).collect()),
-                    })
-                    .collect(),
-            ),
-        };
-        let cases: &[(LabelSelector, bool)] = &[
-            (sel(&[], &[]), true),
-            (sel(&[("team", "a")], &[]), true),
-            (sel(&[("team", "b")], &[]), false),
-            (sel(&[], &[("team", "In", &["a", "b"])]), true),
-            (sel(&[], &[("team", "NotIn", &["a"])]), false),
-            (sel(&[], &[("tier", "Exists", &[])]), false),
-            (sel(&[], &[("tier", "DoesNotExist", &[])]), true),
-            (sel(&[], &[("team", "Bogus", &[])]), false),
-        ];
-        for (i, (s, want)) in cases.iter().enumerate() {
-            assert_eq!(selects(s, &labels), *want, "case {i}");
-        }
-    }
 }
