@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tunnel_gateway_fixtures::CLASS;
-use tunnel_gateway_fixtures::on_node::{API_TOKEN, NS, NodeInstall};
+use tunnel_gateway_fixtures::on_node::{self, API_TOKEN, NS, NodeInstall};
 
 use crate::steps::{Expect, On, Step};
 
@@ -36,30 +36,8 @@ apiVersion: v1
 kind: Namespace
 metadata: {{name: {NAMESPACE}}}
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {NAME}, namespace: {NAMESPACE}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: {NAME}}}}}
-  template:
-    metadata: {{labels: {{app: {NAME}}}}}
-    spec:
-      containers:
-      - name: echo
-        image: echo-basic
-        env:
-        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
-        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
-        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {NAME}, namespace: {NAMESPACE}}}
-spec:
-  selector: {{app: {NAME}}}
-  ports: [{{port: 80, targetPort: 3000}}]
-"#
+{backend}"#,
+        backend = on_node::echo_backend(NAMESPACE, NAME, 2, 80)
     )
 }
 

@@ -324,6 +324,39 @@ async fn wait_for_controller(cluster: &Cluster) -> Result<(), NodeError> {
     .await
 }
 
+/// An echo-basic Deployment `name` of `replicas` Pods in `ns` and its Service `name` (port
+/// `port` to the Pods' 3000), as two YAML documents: the backend of the on-node tests and the
+/// demo. Each answer names its Pod (`POD_NAME`, `NAMESPACE` from the downward API); the Pods are
+/// ready once they answer.
+pub fn echo_backend(ns: &str, name: &str, replicas: u32, port: u16) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - name: echo
+        image: echo-basic
+        env:
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  selector: {{app: {name}}}
+  ports: [{{port: {port}, targetPort: 3000}}]
+"#
+    )
+}
+
 /// `deploy/tunnel-gateway` of this workspace.
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tunnel-gateway")

@@ -163,30 +163,7 @@ pub fn echo_route(hostname: &str) -> String {
 kind: Namespace
 metadata: {{name: echo}}
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: echo, namespace: echo}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: echo}}}}
-  template:
-    metadata: {{labels: {{app: echo}}}}
-    spec:
-      containers:
-      - name: echo
-        image: echo-basic
-        env:
-        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
-        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
-        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: echo}}
-spec:
-  selector: {{app: echo}}
-  ports: [{{port: 8080, targetPort: 3000}}]
----
+{backend}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: web, namespace: echo}}
@@ -203,7 +180,8 @@ spec:
   hostnames: ["{hostname}"]
   rules:
   - backendRefs: [{{name: echo, port: 8080}}]
-"#
+"#,
+        backend = on_node::echo_backend("echo", "echo", 2, 8080)
     )
 }
 
@@ -224,30 +202,7 @@ spec:
   tunnelTokenSecretRef: {{name: tunnel}}
 {config_extra}
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: backend, namespace: {ns}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: backend}}}}
-  template:
-    metadata: {{labels: {{app: backend}}}}
-    spec:
-      containers:
-      - name: echo
-        image: echo-basic
-        env:
-        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
-        - {{name: NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
-        readinessProbe: {{httpGet: {{path: /, port: 3000}}, periodSeconds: 1}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: backend, namespace: {ns}}}
-spec:
-  selector: {{app: backend}}
-  ports: [{{port: 8080, targetPort: 3000}}]
----
+{backend}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: {gw}, namespace: {ns}}}
@@ -266,7 +221,8 @@ spec:
   hostnames: ["{hostname}"]
   rules:
   - backendRefs: [{{name: backend, port: 8080}}]
-"#
+"#,
+        backend = on_node::echo_backend(ns, "backend", 1, 8080)
     )
 }
 
