@@ -75,34 +75,31 @@ impl Binaries {
 }
 
 /// The `echo-basic` binary of the Gateway API conformance suite, built (once per process) and
-/// cached by version when missing.
+/// cached by version when missing; `KT_ECHO_BASIC` names another.
 pub fn echo_basic() -> Result<PathBuf, Error> {
     static FOUND: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let path = match std::env::var_os("KT_ECHO_BASIC") {
-                Some(path) => PathBuf::from(path),
-                None => run_script("build-echo-basic.sh").map_err(Arc::new)?,
-            };
-            if path.is_file() {
-                Ok(path)
-            } else {
-                Err(Arc::new(Error::MissingBinary(path)))
-            }
-        })
-        .clone()
-        .map_err(Error::Once)
+    built(&FOUND, "KT_ECHO_BASIC", "build-echo-basic.sh")
 }
 
 /// `helm` (v3), built from the Go module proxy (once per process) and cached by version when
 /// missing (`scripts/build-helm.sh`); `KT_HELM` names another.
 pub fn helm() -> Result<PathBuf, Error> {
     static FOUND: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
-    FOUND
+    built(&FOUND, "KT_HELM", "build-helm.sh")
+}
+
+/// The binary the environment variable `env` names, else the one `scripts/<script>` builds or
+/// finds in the cache; looked up once per process (`found`).
+fn built(
+    found: &OnceLock<Result<PathBuf, Arc<Error>>>,
+    env: &str,
+    script: &str,
+) -> Result<PathBuf, Error> {
+    found
         .get_or_init(|| {
-            let path = match std::env::var_os("KT_HELM") {
+            let path = match std::env::var_os(env) {
                 Some(path) => PathBuf::from(path),
-                None => run_script("build-helm.sh").map_err(Arc::new)?,
+                None => run_script(script).map_err(Arc::new)?,
             };
             if path.is_file() {
                 Ok(path)
