@@ -243,20 +243,6 @@ impl Controller {
                 .filter_map(|t| last.get(t).map(|r| (t.clone(), r.clone())))
                 .collect()
         };
-        // DNS records after the documents: their failures never hold back or undo a document.
-        effects.dns = if due {
-            let dns = self.dns_records(&model, &results, &mut outcome).await;
-            self.last_dns
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone_from(&dns);
-            dns
-        } else {
-            self.last_dns
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        };
         for (tunnel, result) in results {
             self.count("Tunnel", result.is_ok());
             match result {
@@ -323,6 +309,24 @@ impl Controller {
 
         let pushed = started.elapsed();
 
+        // DNS records after the documents and the pushes: their calls never delay a route's
+        // propagation, and their failures never hold back or undo a document.
+        effects.dns = if due {
+            let dns = self
+                .dns_records(&model, &effects.ingress, &mut outcome)
+                .await;
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone_from(&dns);
+            dns
+        } else {
+            self.last_dns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        };
+
         // Statuses.
         let (writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
         notices.extend(more);
@@ -371,13 +375,14 @@ impl Controller {
     }
 
     /// Brings every DNS owner's records to the hostnames its Gateways' routes serve and their
-    /// tunnels' documents list now; returns the verdicts by Gateway and hostname. An owner with
-    /// a failed tunnel this round creates and updates but deletes nothing (what it no longer
-    /// serves is not known).
+    /// tunnels' documents list now (`ingress`: this round's written documents' hostnames by
+    /// tunnel; a tunnel missing from it failed); returns the verdicts by Gateway and hostname.
+    /// An owner with a failed tunnel this round creates and updates but deletes nothing (what it
+    /// no longer serves is not known).
     async fn dns_records(
         &self,
         model: &Model,
-        results: &[(String, Result<TunnelResult, Arc<SyncError>>)],
+        ingress: &BTreeMap<String, BTreeSet<String>>,
         outcome: &mut Outcome,
     ) -> BTreeMap<ObjKey, BTreeMap<String, HostVerdict>> {
         #[derive(Default)]
@@ -397,8 +402,6 @@ impl Controller {
             .iter()
             .map(|s| (key(s), (s.clone(), Owner::default())))
             .collect();
-        let results: BTreeMap<&str, &Result<TunnelResult, Arc<SyncError>>> =
-            results.iter().map(|(t, r)| (t.as_str(), r)).collect();
         for route in &model.routes {
             for p in &route.parents {
                 let Some(gw) = model.gateways.get(&p.gateway) else {
@@ -416,16 +419,16 @@ impl Controller {
                 let (_, o) = owners
                     .entry(key(&scope))
                     .or_insert_with(|| (scope, Owner::default()));
-                match results.get(tunnel.as_str()) {
-                    Some(Ok(r)) => {
+                match ingress.get(tunnel) {
+                    Some(written) => {
                         for h in hosts.iter().map(|h| ingress::rule_hostname(h)) {
-                            if h != "*" && r.hostnames.contains(&h) {
+                            if h != "*" && written.contains(&h) {
                                 o.desired.entry(h.clone()).or_insert_with(|| tunnel.clone());
                                 o.gateways.entry(p.gateway.clone()).or_default().insert(h);
                             }
                         }
                     }
-                    _ => o.failed_tunnel = true,
+                    None => o.failed_tunnel = true,
                 }
             }
         }
