@@ -274,7 +274,7 @@ impl ServerCertVerifier for SanVerifier {
 }
 
 /// The URI subject alternative names of a certificate (none when it does not parse).
-fn uri_sans(cert: &CertificateDer<'_>) -> Vec<String> {
+pub(crate) fn uri_sans(cert: &CertificateDer<'_>) -> Vec<String> {
     let Ok((_, cert)) = X509Certificate::from_der(cert.as_ref()) else {
         return Vec::new();
     };

@@ -30,7 +30,7 @@ use crate::metrics::{KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, T
 use crate::model::{self, Model, Plane, Settings};
 use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
-use crate::push::{ConditionChange, PushOutcome};
+use crate::push::{ConditionChange, PushOutcome, Transport};
 use crate::status::{self, Effects, Write, Writer};
 use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
@@ -279,6 +279,7 @@ impl Controller {
                         &plan.doc,
                         &endpoints,
                         token.as_deref().map_err(String::as_str),
+                        Ok(&Transport::Plain),
                     )
                     .await;
                 self.count("Partition", !report.incomplete);

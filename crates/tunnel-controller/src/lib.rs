@@ -31,12 +31,15 @@
 //! - [`dns`]: the opt-in DNS records of the tunnels' hostnames (a pure plan: desired vs
 //!   existing records, ownership records; and its application through the Cloudflare API).
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
-//! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10).
+//! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10),
+//!   over mutual TLS (or plain HTTP, opted out).
+//! - [`config_pki`]: the config API's certificates from the controller's CA (pure issuance).
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
 //! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
 
 pub mod api;
 pub mod conditions;
+pub mod config_pki;
 pub mod controller;
 pub mod credentials;
 pub mod dedicated;

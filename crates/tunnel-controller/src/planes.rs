@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use tunnel_config::config::Config;
 
 use crate::keys::PartitionKey;
-use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, VersionClock};
+use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, Transport, VersionClock};
 
 /// The config-API port name on the headless Service (and its EndpointSlices).
 pub const CONFIG_PORT_NAME: &str = "config-api";
@@ -125,14 +125,16 @@ impl Planes {
         }
     }
 
-    /// Delivers `doc` (version ignored) to `endpoints` of `partition` with `token`. A token
-    /// error (`Err`) counts as a failed round for every endpoint.
+    /// Delivers `doc` (version ignored) to `endpoints` of `partition` with `token` over
+    /// `transport`. A token or transport error (`Err`) counts as a failed round for every
+    /// endpoint.
     pub async fn round(
         &mut self,
         partition: &PartitionKey,
         doc: &Config,
         endpoints: &ConfigEndpoints,
         token: Result<&str, &str>,
+        transport: Result<&Transport, &str>,
     ) -> RoundReport {
         let state = self.partitions.entry(partition.clone()).or_default();
         for gone_unready in state.ready.difference(&endpoints.ready) {
@@ -171,10 +173,10 @@ impl Planes {
         }
         let mut versioned = state.doc.clone().unwrap_or_default();
         versioned.version = state.version;
-        let outcomes: Vec<(String, PushOutcome)> = match token {
-            Ok(token) => {
+        let outcomes: Vec<(String, PushOutcome)> = match token.and_then(|t| Ok((t, transport?))) {
+            Ok((token, transport)) => {
                 self.pusher
-                    .push(&targets, token, &versioned, &self.clock)
+                    .push(&targets, token, &versioned, &self.clock, transport)
                     .await
             }
             Err(e) => targets
@@ -270,7 +272,13 @@ mod tests {
         let key = PartitionKey::Shared;
         let mut round = async |ready: bool| {
             let report = planes
-                .round(&key, &doc, &endpoints(&addr, ready), Ok("t"))
+                .round(
+                    &key,
+                    &doc,
+                    &endpoints(&addr, ready),
+                    Ok("t"),
+                    Ok(&Transport::Plain),
+                )
                 .await;
             assert!(!report.incomplete, "{report:?}");
             pushes.load(Ordering::SeqCst)

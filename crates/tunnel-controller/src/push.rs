@@ -7,14 +7,22 @@
 //!   document. A proxy that holds a newer version (a previous controller instance whose clock ran
 //!   ahead) answers 409 with `loadedVersion`; the clock jumps past it and the document is pushed
 //!   again once.
+//! - [`Transport`]: mutual TLS by default (the plane's serving certificate checked against its
+//!   config Service name, the controller's client certificate presented; see
+//!   [`tunnel_config::config_api`]), plain HTTP only when opted out. A TLS client is built once
+//!   per distinct trust bundle, identities and plane name, and reused.
 //! - [`PushHealth`] turns rounds into the route condition: a sustained run of failed rounds
 //!   ([`FAILED_ROUNDS_BEFORE_CONDITION`]) sets `ProxyConfigPushed=False`; the first fully
 //!   successful round clears it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tunnel_config::config::Config;
+use tunnel_config::config_api::{ClientIdentity, ConfigTlsError, client_config};
 
 /// Per-request timeout of a push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,10 +76,44 @@ impl VersionClock {
     }
 }
 
+/// How a partition's proxies are reached.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Plain HTTP: only when explicitly opted out of TLS.
+    Plain,
+    /// Mutual TLS.
+    Tls(Arc<TlsTarget>),
+}
+
+/// What the controller needs to push to one plane over mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TlsTarget {
+    /// The CAs a serving certificate may chain to (PEM; both during a CA rotation).
+    pub trust_pem: String,
+    /// The controller's client certificates, the current CA's first.
+    pub identities: Vec<ClientIdentity>,
+    /// The name the plane's serving certificate must be valid for (its config Service's).
+    pub plane_name: String,
+}
+
+/// Distinct TLS clients kept at once; beyond it the cache starts over (a rotation or a plane
+/// gone leaves stale entries).
+const MAX_TLS_CLIENTS: usize = 256;
+
 /// Pushes documents over the proxies' config API.
 #[derive(Clone)]
 pub struct Pusher {
     http: reqwest::Client,
+    tls: Arc<Mutex<HashMap<[u8; 32], reqwest::Client>>>,
+}
+
+/// A TLS client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PusherError {
+    #[error("config API TLS: {0}")]
+    Tls(#[from] ConfigTlsError),
+    #[error("HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
 }
 
 impl Pusher {
@@ -79,26 +121,70 @@ impl Pusher {
     pub fn new() -> Result<Self, reqwest::Error> {
         Ok(Self {
             http: reqwest::Client::builder().timeout(PUSH_TIMEOUT).build()?,
+            tls: Arc::default(),
         })
     }
 
-    /// Pushes `doc` to every endpoint at once with `token`; on a 409 from a proxy holding a newer
-    /// version, moves `clock` past it and pushes that proxy once more with a new version.
+    fn client(&self, transport: &Transport) -> Result<(reqwest::Client, &'static str), PusherError> {
+        let Transport::Tls(target) = transport else {
+            return Ok((self.http.clone(), "http"));
+        };
+        let mut h = Sha256::new();
+        for part in std::iter::once(&target.trust_pem)
+            .chain(std::iter::once(&target.plane_name))
+            .chain(target.identities.iter().flat_map(|i| [&i.cert_pem, &i.key_pem]))
+        {
+            // length-prefixed so field boundaries cannot be shifted
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        let key: [u8; 32] = h.finalize().into();
+        let mut cache = self.tls.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = cache.get(&key) {
+            return Ok((c.clone(), "https"));
+        }
+        let config = client_config(&target.trust_pem, &target.identities, &target.plane_name)?;
+        let client = reqwest::Client::builder()
+            .timeout(PUSH_TIMEOUT)
+            .tls_backend_preconfigured(config)
+            .build()?;
+        if cache.len() >= MAX_TLS_CLIENTS {
+            cache.clear();
+        }
+        cache.insert(key, client.clone());
+        Ok((client, "https"))
+    }
+
+    /// Pushes `doc` to every endpoint at once with `token` over `transport`; on a 409 from a
+    /// proxy holding a newer version, moves `clock` past it and pushes that proxy once more with
+    /// a new version.
     pub async fn push(
         &self,
         endpoints: &[String],
         token: &str,
         doc: &Config,
         clock: &VersionClock,
+        transport: &Transport,
     ) -> Vec<(String, PushOutcome)> {
+        let client = match self.client(transport) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "no config API client; nothing pushed");
+                return endpoints
+                    .iter()
+                    .map(|ep| (ep.clone(), PushOutcome::Failed(e.to_string())))
+                    .collect();
+            }
+        };
+        let client = &client;
         let pushes = endpoints.iter().map(|ep| async move {
-            let outcome = match self.put(ep, token, doc).await {
+            let outcome = match self.put(client, ep, token, doc).await {
                 PushOutcome::Stale { loaded } => {
                     clock.observe(loaded);
                     let mut again = doc.clone();
                     again.version = clock.next();
                     tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
-                    self.put(ep, token, &again).await
+                    self.put(client, ep, token, &again).await
                 }
                 other => other,
             };
@@ -110,17 +196,22 @@ impl Pusher {
         futures::future::join_all(pushes).await
     }
 
-    async fn put(&self, ep: &str, token: &str, doc: &Config) -> PushOutcome {
-        let resp = self
-            .http
-            .put(format!("http://{ep}/config"))
+    async fn put(
+        &self,
+        (http, scheme): &(reqwest::Client, &'static str),
+        ep: &str,
+        token: &str,
+        doc: &Config,
+    ) -> PushOutcome {
+        let resp = http
+            .put(format!("{scheme}://{ep}/config"))
             .bearer_auth(token)
             .json(doc)
             .send()
             .await;
         let resp = match resp {
             Ok(r) => r,
-            Err(e) => return PushOutcome::Failed(e.to_string()),
+            Err(e) => return PushOutcome::Failed(with_sources(&e)),
         };
         let status = resp.status().as_u16();
         let body: serde_json::Value = resp.json().await.unwrap_or_default();
@@ -137,6 +228,18 @@ impl Pusher {
             _ => PushOutcome::Failed(format!("answered {status}")),
         }
     }
+}
+
+/// An error and its causes (a TLS refusal is a few levels down in reqwest's).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }
 
 /// Whether a partition's routes should show `ProxyConfigPushed=False`.

@@ -1,5 +1,7 @@
 //! The admin port: config API (`PUT`/`GET /config`) merged into the shared admin routes
-//! (`/healthz`, `/readyz`, `/metrics` from [`service_support::admin`]). Ready once a config is
+//! (`/healthz`, `/readyz`, `/metrics` from [`service_support::admin`]) with [`router`], or kept
+//! apart with [`split`] (the config API then served over mutual TLS by
+//! [`crate::config_tls`] on a port of its own, the admin port keeping only the status routes). Ready once a config is
 //! loaded, while not draining, and in tunnel mode once the connector answers its readiness URL.
 //!
 //! Authentication: when a token is configured, `/config` requires
@@ -62,6 +64,13 @@ struct Admin {
 /// Builds the admin router: the config API beside the shared `/healthz`, `/readyz` and
 /// `/metrics` ([`service_support::admin`]).
 pub fn router(state: Arc<State>, options: AdminOptions) -> Result<Router, AdminError> {
+    let (status, config) = split(state, options)?;
+    Ok(status.merge(config))
+}
+
+/// The status routes (`/healthz`, `/readyz`, `/metrics`) and the config API (`/config`) as two
+/// routers, for two listeners.
+pub fn split(state: Arc<State>, options: AdminOptions) -> Result<(Router, Router), AdminError> {
     let token_digest = match options.auth_token {
         Some(t) if t.is_empty() => return Err(AdminError::EmptyToken),
         Some(t) => Some(Sha256::digest(t.as_bytes()).into()),
@@ -73,7 +82,8 @@ pub fn router(state: Arc<State>, options: AdminOptions) -> Result<Router, AdminE
         ready_url: options.connector_ready_url,
         probe: Client::builder(TokioExecutor::new()).build_http(),
     });
-    Ok(routes(admin.clone()).merge(
+    Ok((
+        routes(admin.clone()),
         Router::new()
             .route("/config", get(get_config).put(put_config))
             .with_state(admin),

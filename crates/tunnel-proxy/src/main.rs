@@ -14,6 +14,7 @@ use tracing::{error, info, warn};
 
 use tunnel_config::compile::parse_duration;
 use tunnel_proxy::admin::{self, AdminOptions};
+use tunnel_proxy::config_tls::{self, DEFAULT_RELOAD_INTERVAL, ReloadingTls, TlsFiles};
 use tunnel_proxy::proxy;
 use tunnel_proxy::state::{MIN_MAX_REQUEST_HEAD, State};
 
@@ -31,6 +32,18 @@ struct Args {
         default_value = "0.0.0.0:8081"
     )]
     admin_listen: SocketAddr,
+    /// Config API listen address (mutual TLS; with --config-tls-dir).
+    #[arg(
+        long,
+        env = "TUNNEL_PROXY_CONFIG_LISTEN",
+        default_value = "0.0.0.0:8443"
+    )]
+    config_listen: SocketAddr,
+    /// Directory with the config API's `tls.crt`, `tls.key` (serving certificate) and `ca.crt`
+    /// (the controller's CA bundle); re-read when the files change.
+    /// Without it /config is served in plain HTTP on the admin port (bearer token only).
+    #[arg(long, env = "PROXY_CONFIG_TLS_DIR")]
+    config_tls_dir: Option<PathBuf>,
     /// Bearer token required on /config. Set but empty refuses to start.
     #[arg(
         long,
@@ -143,13 +156,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let state = Arc::new(State::new().with_max_request_head(args.max_request_head));
-    let router = admin::router(
-        state.clone(),
-        AdminOptions {
-            auth_token,
-            connector_ready_url: tunnel_mode.then(|| args.connector_ready_url.clone()),
-        },
-    )?;
+    let options = AdminOptions {
+        auth_token,
+        connector_ready_url: tunnel_mode.then(|| args.connector_ready_url.clone()),
+    };
+    let router = match &args.config_tls_dir {
+        Some(dir) => {
+            let tls = ReloadingTls::load(TlsFiles::in_dir(dir))
+                .with_context(|| format!("loading the config API certificates in {}", dir.display()))?;
+            let (status, config) = admin::split(state.clone(), options)?;
+            let listener = TcpListener::bind(args.config_listen)
+                .await
+                .with_context(|| format!("binding {}", args.config_listen))?;
+            info!(config_api = %listener.local_addr()?, "config API listening (mutual TLS)");
+            tls.watch(DEFAULT_RELOAD_INTERVAL);
+            tokio::spawn(config_tls::serve(listener, config, tls));
+            status
+        }
+        None => {
+            warn!("no --config-tls-dir: the config API is plain HTTP on the admin port; pushes cross the network in clear");
+            admin::router(state.clone(), options)?
+        }
+    };
     let data = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
