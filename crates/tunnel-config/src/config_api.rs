@@ -126,7 +126,10 @@ impl ClientCertVerifier for ControllerOnly {
         let verified = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        if uri_sans(end_entity).iter().any(|u| u == CONTROLLER_IDENTITY) {
+        if uri_sans(end_entity)
+            .iter()
+            .any(|u| u == CONTROLLER_IDENTITY)
+        {
             Ok(verified)
         } else {
             Err(rustls::Error::InvalidCertificate(

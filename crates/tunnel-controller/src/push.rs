@@ -125,14 +125,22 @@ impl Pusher {
         })
     }
 
-    fn client(&self, transport: &Transport) -> Result<(reqwest::Client, &'static str), PusherError> {
+    fn client(
+        &self,
+        transport: &Transport,
+    ) -> Result<(reqwest::Client, &'static str), PusherError> {
         let Transport::Tls(target) = transport else {
             return Ok((self.http.clone(), "http"));
         };
         let mut h = Sha256::new();
         for part in std::iter::once(&target.trust_pem)
             .chain(std::iter::once(&target.plane_name))
-            .chain(target.identities.iter().flat_map(|i| [&i.cert_pem, &i.key_pem]))
+            .chain(
+                target
+                    .identities
+                    .iter()
+                    .flat_map(|i| [&i.cert_pem, &i.key_pem]),
+            )
         {
             // length-prefixed so field boundaries cannot be shifted
             h.update((part.len() as u64).to_be_bytes());

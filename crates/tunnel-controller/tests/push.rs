@@ -12,10 +12,10 @@ use tunnel_controller::config_pki::{
 };
 
 use tunnel_config::config::Config;
+use tunnel_controller::push::TlsTarget;
 use tunnel_controller::push::{
     ConditionChange, PushHealth, PushOutcome, Pusher, Transport, VersionClock,
 };
-use tunnel_controller::push::TlsTarget;
 use tunnel_proxy::admin::{self, AdminOptions};
 use tunnel_proxy::config_tls::{self, ReloadingTls, TlsFiles};
 use tunnel_proxy::state::State;
@@ -239,7 +239,13 @@ fn ca() -> CertKey {
 }
 
 fn serving(ca: &CertKey) -> CertKey {
-    issue_serving(ca, &[PLANE.to_owned(), "localhost".to_owned()], now(), LEAF_LIFETIME).unwrap()
+    issue_serving(
+        ca,
+        &[PLANE.to_owned(), "localhost".to_owned()],
+        now(),
+        LEAF_LIFETIME,
+    )
+    .unwrap()
 }
 
 fn controller(ca: &CertKey) -> ClientIdentity {
@@ -492,7 +498,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 async fn nothing_secret_crosses_the_network_in_clear() {
     let ours = ca();
     let backend_ca = ca();
-    let backend_client = issue_serving(&backend_ca, &["client.ns".to_owned()], now(), LEAF_LIFETIME).unwrap();
+    let backend_client =
+        issue_serving(&backend_ca, &["client.ns".to_owned()], now(), LEAF_LIFETIME).unwrap();
     let key_body = backend_client
         .key_pem
         .lines()
@@ -515,7 +522,11 @@ async fn nothing_secret_crosses_the_network_in_clear() {
         .await;
     assert!(out[0].1.is_loaded(), "{out:?}");
     let wire = seen.lock().unwrap().clone();
-    assert!(wire.len() > 1000, "the relay saw the push ({} bytes)", wire.len());
+    assert!(
+        wire.len() > 1000,
+        "the relay saw the push ({} bytes)",
+        wire.len()
+    );
     for secret in [TOKEN, key_body.as_str(), "PRIVATE KEY", "a.example.com"] {
         assert!(!contains(&wire, secret), "{secret:?} crossed in clear");
     }
@@ -543,14 +554,19 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
     let p = tls_proxy(&serving(&old), &[&old]).await;
     let transport = Arc::new(Mutex::new(tls(&[&old], vec![controller(&old)])));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The rotation step a push ran in.
+    let phase = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let pushing = {
         let (addr, transport, stop) = (p.addr.clone(), transport.clone(), stop.clone());
+        let (phase, done) = (phase.clone(), done.clone());
         tokio::spawn(async move {
             let pusher = pusher();
             let clock = VersionClock::default();
             let mut results = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let t = transport.lock().unwrap().clone();
+                let step = phase.load(std::sync::atomic::Ordering::SeqCst);
                 let v = clock.next();
                 let out = pusher
                     .push(
@@ -561,21 +577,28 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
                         &t,
                     )
                     .await;
-                results.push((v, out[0].1.clone()));
+                results.push((step, v, out[0].1.clone()));
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             results
         })
     };
-    let settle = || tokio::time::sleep(Duration::from_millis(300));
+    // Each step lasts long enough for the proxy to reload (it polls every 20 ms) and for
+    // several pushes to start and finish within it.
+    let settle = || async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let start = done.load(std::sync::atomic::Ordering::SeqCst);
+        while done.load(std::sync::atomic::Ordering::SeqCst) < start + 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        phase.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    };
     settle().await;
     let new = ca();
     // 1. The controller trusts both CAs and holds a client certificate of each; the proxy
     //    still trusts only the old one (its files have not changed yet).
-    *transport.lock().unwrap() = tls(
-        &[&new, &old],
-        vec![controller(&new), controller(&old)],
-    );
+    *transport.lock().unwrap() = tls(&[&new, &old], vec![controller(&new), controller(&old)]);
     settle().await;
     // 2. The plane's bundle gains the new CA.
     write_files(&p.files, &serving(&old), &[&new, &old]);
@@ -591,12 +614,28 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
     settle().await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let results = pushing.await.unwrap();
-    let failed: Vec<_> = results.iter().filter(|(_, o)| !o.is_loaded()).collect();
-    assert!(failed.is_empty(), "{} of {} pushes failed: {failed:?}", failed.len(), results.len());
-    assert!(results.len() >= 50, "only {} pushes", results.len());
-    assert_eq!(loaded_tls(&p), results.last().map(|(v, _)| *v));
+    let failed: Vec<_> = results.iter().filter(|(_, _, o)| !o.is_loaded()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} pushes failed: {failed:?}",
+        failed.len(),
+        results.len()
+    );
+    for step in 0..6 {
+        assert!(
+            results.iter().any(|(s, _, _)| *s == step),
+            "no push ran during step {step}"
+        );
+    }
+    assert_eq!(loaded_tls(&p), results.last().map(|(_, v, _)| *v));
 
     // After the rotation the old CA's certificate is refused.
-    let out = push_one(&p.addr, TOKEN, u64::MAX, &tls(&[&new], vec![controller(&old)])).await;
+    let out = push_one(
+        &p.addr,
+        TOKEN,
+        u64::MAX,
+        &tls(&[&new], vec![controller(&old)]),
+    )
+    .await;
     assert!(matches!(out, PushOutcome::Failed(_)), "{out:?}");
 }

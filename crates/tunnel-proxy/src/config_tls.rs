@@ -71,7 +71,11 @@ fn read(path: &Path) -> Result<String, TlsFilesError> {
 }
 
 fn load(files: &TlsFiles) -> Result<([u8; 32], rustls::ServerConfig), TlsFilesError> {
-    let (cert, key, ca) = (read(&files.cert)?, read(&files.key)?, read(&files.client_ca)?);
+    let (cert, key, ca) = (
+        read(&files.cert)?,
+        read(&files.key)?,
+        read(&files.client_ca)?,
+    );
     let mut h = Sha256::new();
     for part in [&cert, &key, &ca] {
         h.update((part.len() as u64).to_be_bytes());

@@ -162,8 +162,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let router = match &args.config_tls_dir {
         Some(dir) => {
-            let tls = ReloadingTls::load(TlsFiles::in_dir(dir))
-                .with_context(|| format!("loading the config API certificates in {}", dir.display()))?;
+            let tls = ReloadingTls::load(TlsFiles::in_dir(dir)).with_context(|| {
+                format!("loading the config API certificates in {}", dir.display())
+            })?;
             let (status, config) = admin::split(state.clone(), options)?;
             let listener = TcpListener::bind(args.config_listen)
                 .await
@@ -174,7 +175,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             status
         }
         None => {
-            warn!("no --config-tls-dir: the config API is plain HTTP on the admin port; pushes cross the network in clear");
+            warn!(
+                "no --config-tls-dir: the config API is plain HTTP on the admin port; pushes cross the network in clear"
+            );
             admin::router(state.clone(), options)?
         }
     };
