@@ -60,6 +60,16 @@ pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
+/// The earliest not-after (Unix seconds) of the certificates in `pem`.
+pub fn not_after(pem: &str) -> Option<i64> {
+    certificates(pem)
+        .ok()?
+        .iter()
+        .filter_map(|c| X509Certificate::from_der(c.as_ref()).ok())
+        .map(|(_, c)| c.validity().not_after.timestamp())
+        .min()
+}
+
 fn roots(bundle_pem: &str) -> Result<Arc<RootCertStore>, ConfigTlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certificates(bundle_pem).map_err(ConfigTlsError::CaBundle)? {

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tunnel_config::config_api::ClientIdentity;
 use tunnel_controller::config_pki::{
-    CA_LIFETIME, CertKey, LEAF_LIFETIME, generate_ca, issue_client, issue_serving,
+    CA_LIFETIME, CertKey, LEAF_LIFETIME, generate_ca, issue_client, issue_serving, validity,
 };
 
 use tunnel_config::config::Config;
@@ -317,8 +317,9 @@ async fn tls_proxy(serving: &CertKey, bundle: &[&CertKey]) -> TlsProxy {
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("config-tls");
     write_files(&files, serving, bundle);
-    let reloading = ReloadingTls::load(TlsFiles::in_dir(&files)).unwrap();
     let state = Arc::new(State::new());
+    let expiry = state.metrics().config_tls_expiry().clone();
+    let reloading = ReloadingTls::load(TlsFiles::in_dir(&files), expiry).unwrap();
     let (status, config) = admin::split(
         state.clone(),
         AdminOptions {
@@ -610,7 +611,8 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
     *transport.lock().unwrap() = tls(&[&new], vec![controller(&new)]);
     settle().await;
     // 5. ... and so does the plane's bundle.
-    write_files(&p.files, &serving(&new), &[&new]);
+    let last = serving(&new);
+    write_files(&p.files, &last, &[&new]);
     settle().await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let results = pushing.await.unwrap();
@@ -628,6 +630,17 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
         );
     }
     assert_eq!(loaded_tls(&p), results.last().map(|(_, v, _)| *v));
+
+    // The expiry gauge follows the reloaded files.
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, p.state.registry()).unwrap();
+    for (kind, pem) in [("serving", &last.cert_pem), ("client_ca", &new.cert_pem)] {
+        let (_, not_after) = validity(pem).unwrap();
+        let series = format!(
+            "cftunnel_proxy_config_tls_expiry_timestamp_seconds{{kind=\"{kind}\"}} {not_after}\n"
+        );
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
 
     // After the rotation the old CA's certificate is refused.
     let out = push_one(

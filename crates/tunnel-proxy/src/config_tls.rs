@@ -3,7 +3,8 @@
 //! controller's CA with the controller's identity, required at the handshake). The certificate
 //! files (a mounted Secret: `tls.crt`, `tls.key`, `ca.crt`) are re-read when they change, so a
 //! renewed certificate or a rotated CA takes effect without a restart; a set that does not load
-//! (a half-written update) leaves the last good one serving.
+//! (a half-written update) leaves the last good one serving. Each load sets
+//! `cftunnel_proxy_config_tls_expiry_timestamp_seconds{kind}` (`serving`, `client_ca`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,11 +14,15 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
-use tunnel_config::config_api::{ConfigTlsError, server_config};
+use tunnel_config::config_api::{ConfigTlsError, not_after, server_config};
+
+use crate::metrics::TlsKindLabel;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,6 +66,14 @@ pub struct ReloadingTls {
     current: ArcSwap<rustls::ServerConfig>,
     /// Digest of the files the current config was built from.
     loaded: Mutex<[u8; 32]>,
+    expiry: Family<TlsKindLabel, Gauge>,
+}
+
+/// A loaded set: its digest, config and expiries (serving, client CA).
+struct Loaded {
+    digest: [u8; 32],
+    config: rustls::ServerConfig,
+    expiry: [(&'static str, Option<i64>); 2],
 }
 
 fn read(path: &Path) -> Result<String, TlsFilesError> {
@@ -70,7 +83,7 @@ fn read(path: &Path) -> Result<String, TlsFilesError> {
     })
 }
 
-fn load(files: &TlsFiles) -> Result<([u8; 32], rustls::ServerConfig), TlsFilesError> {
+fn load(files: &TlsFiles) -> Result<Loaded, TlsFilesError> {
     let (cert, key, ca) = (
         read(&files.cert)?,
         read(&files.key)?,
@@ -81,31 +94,51 @@ fn load(files: &TlsFiles) -> Result<([u8; 32], rustls::ServerConfig), TlsFilesEr
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
-    Ok((h.finalize().into(), server_config(&cert, &key, &ca)?))
+    Ok(Loaded {
+        digest: h.finalize().into(),
+        config: server_config(&cert, &key, &ca)?,
+        expiry: [("serving", not_after(&cert)), ("client_ca", not_after(&ca))],
+    })
 }
 
 impl ReloadingTls {
-    /// Loads the files; an error here stops the proxy from starting.
-    pub fn load(files: TlsFiles) -> Result<Arc<Self>, TlsFilesError> {
-        let (digest, config) = load(&files)?;
-        Ok(Arc::new(Self {
+    /// Loads the files; an error here stops the proxy from starting. `expiry` is the gauge
+    /// of [`crate::metrics::Metrics::config_tls_expiry`].
+    pub fn load(
+        files: TlsFiles,
+        expiry: Family<TlsKindLabel, Gauge>,
+    ) -> Result<Arc<Self>, TlsFilesError> {
+        let loaded = load(&files)?;
+        let this = Self {
             files,
-            current: ArcSwap::from_pointee(config),
-            loaded: Mutex::new(digest),
-        }))
+            current: ArcSwap::from_pointee(loaded.config),
+            loaded: Mutex::new(loaded.digest),
+            expiry,
+        };
+        this.set_expiry(&loaded.expiry);
+        Ok(Arc::new(this))
+    }
+
+    fn set_expiry(&self, expiry: &[(&'static str, Option<i64>)]) {
+        for (kind, at) in expiry {
+            self.expiry
+                .get_or_create(&TlsKindLabel { kind })
+                .set(at.unwrap_or_default());
+        }
     }
 
     /// Re-reads the files; returns whether a new config took over. A set that does not load
     /// keeps the current one (and is logged).
     pub fn reload(&self) -> bool {
         match load(&self.files) {
-            Ok((digest, config)) => {
+            Ok(new) => {
                 let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-                if *loaded == digest {
+                if *loaded == new.digest {
                     return false;
                 }
-                self.current.store(Arc::new(config));
-                *loaded = digest;
+                self.current.store(Arc::new(new.config));
+                *loaded = new.digest;
+                self.set_expiry(&new.expiry);
                 info!("config API certificate files changed; reloaded");
                 true
             }

@@ -162,7 +162,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let router = match &args.config_tls_dir {
         Some(dir) => {
-            let tls = ReloadingTls::load(TlsFiles::in_dir(dir)).with_context(|| {
+            let expiry = state.metrics().config_tls_expiry().clone();
+            let tls = ReloadingTls::load(TlsFiles::in_dir(dir), expiry).with_context(|| {
                 format!("loading the config API certificates in {}", dir.display())
             })?;
             let (status, config) = admin::split(state.clone(), options)?;

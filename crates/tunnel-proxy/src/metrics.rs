@@ -52,6 +52,12 @@ const CLASSES: [StatusClass; 5] = [
     StatusClass::ServerError,
 ];
 
+/// Which of the config API's certificates: `serving`, or `client_ca` (the bundle's earliest).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TlsKindLabel {
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostLabel {
     hostname: String,
@@ -111,6 +117,7 @@ pub struct Metrics {
     duration: Family<HostLabel, Histogram>,
     backend_errors: Family<BackendErrorLabels, Counter>,
     unmatched: Arc<HostMetrics>,
+    config_tls_expiry: Family<TlsKindLabel, Gauge>,
 }
 
 impl Metrics {
@@ -144,6 +151,12 @@ impl Metrics {
             "Failed backend requests, by matched route hostname and reason",
             backend_errors.clone(),
         );
+        let config_tls_expiry = Family::default();
+        registry.register(
+            "cftunnel_proxy_config_tls_expiry_timestamp_seconds",
+            "When the config API's loaded certificates expire (Unix seconds), by kind: serving, client_ca",
+            config_tls_expiry.clone(),
+        );
         let unmatched = Arc::new(host_metrics(
             &requests,
             &duration,
@@ -156,7 +169,13 @@ impl Metrics {
             duration,
             backend_errors,
             unmatched,
+            config_tls_expiry,
         }
+    }
+
+    /// The config API certificates' expiry gauge (set by [`crate::config_tls`] on each load).
+    pub fn config_tls_expiry(&self) -> &Family<TlsKindLabel, Gauge> {
+        &self.config_tls_expiry
     }
 
     /// Handles for one hostname label; creates its series.
