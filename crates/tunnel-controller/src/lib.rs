@@ -33,12 +33,14 @@
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10),
 //!   over mutual TLS (or plain HTTP, opted out).
-//! - [`config_pki`]: the config API's certificates from the controller's CA (pure issuance).
+//! - [`config_pki`]: the config API's certificates from the controller's CA (pure issuance,
+//!   the CA's create/rotate/retire decision); [`config_ca`]: its Secret, read and written.
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
 //! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
 
 pub mod api;
 pub mod conditions;
+pub mod config_ca;
 pub mod config_pki;
 pub mod controller;
 pub mod credentials;

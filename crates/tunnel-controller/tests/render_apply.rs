@@ -2,7 +2,8 @@
 //! controller sets reads back with the same value (so comparing rendered with live finds drift
 //! only where someone changed the object), and applying it again changes nothing. The namespace
 //! enforces the `restricted` Pod Security Standard, and the API server's PodSecurity admission
-//! admits a Pod made of each rendered pod template.
+//! admits a Pod made of each rendered pod template. Beside it, the config API CA's Secret
+//! (`config_ca`): created once, never overwritten, rotated and retired.
 
 use std::collections::BTreeMap;
 
@@ -244,4 +245,87 @@ async fn admitted_as_a_pod(client: &kube::Client, name: &str, deployment: &Deplo
     if let Err(e) = dry_run_pod(client, name, template).await {
         panic!("a Pod of {name}'s template was refused: {e}");
     }
+}
+
+/// The config API CA's Secret against a real API server: created once by racing replicas,
+/// never overwritten, rotated on request with the old CA kept, retired once the planes moved.
+#[tokio::test]
+async fn the_config_api_ca_is_created_once_never_overwritten_and_rotated_on_request() {
+    use std::time::SystemTime;
+    use tunnel_controller::config_ca::{self, CaError};
+    use tunnel_controller::config_pki::ROTATE_ANNOTATION;
+
+    test_cluster::install_crypto_provider();
+    let cp = ControlPlane::builder()
+        .cluster(ClusterSpec::new("config-ca"))
+        .start()
+        .await
+        .unwrap();
+    let _logs = cp.logs_on_failure();
+    let cluster = cp.cluster("config-ca");
+    cluster
+        .kubectl_ok(&["create", "namespace", "cf-system"])
+        .await
+        .unwrap();
+    let client = cluster.client().await.unwrap();
+    let now = SystemTime::now();
+    let sync = |moved: bool| config_ca::sync(&client, "cf-system", "config-ca", moved, now);
+
+    // Two replicas racing: one CA, both end up with it.
+    let (a, b) = tokio::join!(sync(false), sync(false));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let first = a.active.clone().expect("a CA");
+    assert_eq!(b.active.as_ref(), Some(&first));
+    assert_eq!(sync(true).await.unwrap().active.as_ref(), Some(&first));
+    assert_eq!(a.previous, None);
+
+    // Rotation on request: the new CA issues, the old one stays trusted ...
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "cf-system",
+            "annotate",
+            "secret",
+            "config-ca",
+            &format!("{ROTATE_ANNOTATION}=1"),
+        ])
+        .await
+        .unwrap();
+    let rotated = sync(false).await.unwrap();
+    let second = rotated.active.clone().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(rotated.previous.as_ref(), Some(&first));
+    assert_eq!(rotated.rotated.as_deref(), Some("1"));
+    // ... until every plane serves the new one; the request is answered once.
+    assert_eq!(sync(false).await.unwrap(), rotated);
+    let retired = sync(true).await.unwrap();
+    assert_eq!(retired.active.as_ref(), Some(&second));
+    assert_eq!(retired.previous, None);
+    assert_eq!(sync(true).await.unwrap(), retired);
+
+    // An operator's CA (or one this controller cannot read) is never overwritten.
+    cluster
+        .kubectl_ok(&[
+            "-n",
+            "cf-system",
+            "create",
+            "secret",
+            "generic",
+            "broken-ca",
+            "--from-literal=ca.crt=not a certificate",
+            "--from-literal=ca.key=not a key",
+        ])
+        .await
+        .unwrap();
+    let err = config_ca::sync(&client, "cf-system", "broken-ca", true, now)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CaError::Broken(..)), "{err}");
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "cf-system");
+    let kept = api.get("broken-ca").await.unwrap();
+    assert_eq!(
+        kept.data.unwrap()["ca.crt"].0,
+        b"not a certificate".to_vec(),
+        "left as the operator wrote it"
+    );
 }
