@@ -4,6 +4,7 @@
 mod admin;
 mod client_errors;
 mod common;
+mod config_tls;
 mod cors;
 mod data_plane;
 mod drain;
