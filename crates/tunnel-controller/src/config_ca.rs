@@ -161,3 +161,151 @@ pub async fn sync(
         }
     }
 }
+
+/// The keys of a plane's config API TLS Secret (type `kubernetes.io/tls`), as the proxy reads
+/// them from its `--config-tls-dir`.
+pub mod plane_keys {
+    pub const CERT: &str = "tls.crt";
+    pub const KEY: &str = "tls.key";
+    pub const CA: &str = "ca.crt";
+}
+
+/// The plane TLS Secret `namespace/name` to write, or `None` when `existing` already holds a
+/// current serving certificate of the active CA for `names` and the current trust bundle. A
+/// new serving certificate is issued only when [`config_pki::serving_renewal`] says so; a
+/// changed bundle alone keeps the certificate.
+///
+/// [`config_pki::serving_renewal`]: crate::config_pki::serving_renewal
+pub fn plane_secret(
+    existing: Option<&Secret>,
+    ca: &CaSecret,
+    namespace: &str,
+    name: &str,
+    names: &[String],
+    now: SystemTime,
+) -> Result<Option<Secret>, PkiError> {
+    use crate::config_pki::{LEAF_LIFETIME, issue_serving, serving_renewal, trust_bundle};
+    let Some(active) = &ca.active else {
+        return Ok(None);
+    };
+    let bundle = trust_bundle(ca);
+    let current = existing.and_then(|s| pair(s, plane_keys::CERT, plane_keys::KEY));
+    let renewal = serving_renewal(current.as_ref(), active, names, now);
+    let same_bundle = existing.and_then(|s| value(s, plane_keys::CA)).as_deref() == Some(&bundle);
+    if renewal.is_none() && same_bundle {
+        return Ok(None);
+    }
+    let serving = match (renewal, current) {
+        (None, Some(c)) => c,
+        (why, _) => {
+            tracing::info!(secret = %format!("{namespace}/{name}"), reason = why.unwrap_or_default(), "issuing a config API serving certificate");
+            issue_serving(active, names, now, LEAF_LIFETIME)?
+        }
+    };
+    Ok(Some(Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "tunnel-gateway-controller".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(BTreeMap::from([
+            (
+                plane_keys::CERT.to_owned(),
+                ByteString(serving.cert_pem.into_bytes()),
+            ),
+            (
+                plane_keys::KEY.to_owned(),
+                ByteString(serving.key_pem.into_bytes()),
+            ),
+            (plane_keys::CA.to_owned(), ByteString(bundle.into_bytes())),
+        ])),
+        ..Default::default()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::config_pki::{issued_by, plane_names, trust_bundle};
+
+    #[test]
+    fn a_plane_secret_is_written_when_missing_renewed_or_its_bundle_changed_and_not_otherwise() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let (old, new) = (
+            generate_ca(now, CA_LIFETIME).unwrap(),
+            generate_ca(now, CA_LIFETIME).unwrap(),
+        );
+        let names = crate::config_pki::plane_names("tunnel-proxy-config", "cf-system");
+        let steady = CaSecret {
+            active: Some(old.clone()),
+            ..Default::default()
+        };
+        let write = |existing: Option<&Secret>, ca: &CaSecret, at: SystemTime| {
+            plane_secret(
+                existing,
+                ca,
+                "cf-system",
+                "tunnel-proxy-config-tls",
+                &names,
+                at,
+            )
+            .unwrap()
+        };
+        let first = write(None, &steady, now).expect("missing: written");
+        assert_eq!(first.type_.as_deref(), Some("kubernetes.io/tls"));
+        let cert = value(&first, plane_keys::CERT).unwrap();
+        assert!(issued_by(&cert, &old.cert_pem));
+        assert_eq!(value(&first, plane_keys::CA).unwrap(), old.cert_pem);
+        assert_eq!(write(Some(&first), &steady, now), None, "current: nothing");
+
+        // A rotation: the bundle gains the new CA and the certificate is reissued by it.
+        let rotating = CaSecret {
+            active: Some(new.clone()),
+            previous: Some(old.clone()),
+            ..Default::default()
+        };
+        let moved = write(Some(&first), &rotating, now).expect("rotation: written");
+        assert!(issued_by(
+            &value(&moved, plane_keys::CERT).unwrap(),
+            &new.cert_pem
+        ));
+        assert_eq!(
+            value(&moved, plane_keys::CA).unwrap(),
+            trust_bundle(&rotating)
+        );
+        // Retired: only the bundle changes; the certificate stays.
+        let retired = CaSecret {
+            active: Some(new.clone()),
+            ..Default::default()
+        };
+        let trimmed = write(Some(&moved), &retired, now).expect("bundle changed: written");
+        assert_eq!(
+            value(&trimmed, plane_keys::CERT),
+            value(&moved, plane_keys::CERT)
+        );
+        assert_eq!(value(&trimmed, plane_keys::CA).unwrap(), new.cert_pem);
+        // Two thirds into its 90 days: renewed.
+        let later = now + Duration::from_secs(61 * 24 * 3600);
+        let renewed = write(Some(&trimmed), &retired, later).expect("old: written");
+        assert_ne!(
+            value(&renewed, plane_keys::CERT),
+            value(&trimmed, plane_keys::CERT)
+        );
+        // Another plane's names: reissued for them.
+        let other = plane_names("cf-proxy-web-config", "shop");
+        let renamed = plane_secret(Some(&trimmed), &retired, "shop", "x", &other, now)
+            .unwrap()
+            .expect("names changed: written");
+        assert_eq!(
+            crate::config_pki::dns_names(&value(&renamed, plane_keys::CERT).unwrap()),
+            other
+        );
+    }
+}
