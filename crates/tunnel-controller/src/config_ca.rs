@@ -1,5 +1,5 @@
 //! The config API CA's Secret (`tunnel-gateway-config-ca` in the controller's namespace): read
-//! it, decide with [`config_pki::plan_ca`], write the decision. Called by the leader only.
+//! it, decide with [`crate::config_pki::plan_ca`], write the decision. Called by the leader only.
 //! Creating races another replica safely: on AlreadyExists the winner's Secret is read, never
 //! overwritten; rotating and retiring replace the Secret at the resourceVersion read, so a
 //! concurrent change makes the write fail and the next round decide again.
