@@ -172,12 +172,24 @@ pub fn needs_renewal(pem: &str, now: SystemTime) -> bool {
 /// issued a plane's certificate); the proxy and the controller verify signatures. CA subjects
 /// carry a random suffix, so generations do not share names.
 pub fn issued_by(cert_pem: &str, ca_pem: &str) -> bool {
-    let name = |pem: &str, issuer: bool| {
-        let der = tunnel_config::config_api::certificates(pem).ok()?;
-        let (_, c) = X509Certificate::from_der(der[0].as_ref()).ok()?;
-        Some(if issuer { c.issuer() } else { c.subject() }.to_string())
-    };
-    matches!((name(cert_pem, true), name(ca_pem, false)), (Some(a), Some(b)) if a == b)
+    tunnel_config::config_api::certificates(cert_pem)
+        .ok()
+        .and_then(|der| der.first().map(|d| der_issued_by(d.as_ref(), ca_pem)))
+        .unwrap_or(false)
+}
+
+/// [`issued_by`] for a DER certificate (as a peer presented it in a TLS handshake).
+pub fn der_issued_by(cert_der: &[u8], ca_pem: &str) -> bool {
+    let issuer = X509Certificate::from_der(cert_der)
+        .ok()
+        .map(|(_, c)| c.issuer().to_string());
+    let subject = tunnel_config::config_api::certificates(ca_pem)
+        .ok()
+        .and_then(|der| {
+            let (_, c) = X509Certificate::from_der(der.first()?.as_ref()).ok()?;
+            Some(c.subject().to_string())
+        });
+    matches!((issuer, subject), (Some(a), Some(b)) if a == b)
 }
 
 /// The keys of the CA Secret (`tunnel-gateway-config-ca` in the controller's namespace).

@@ -20,6 +20,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
+use crate::config_tls::{ConfigTls, PlaneTarget, RoundCa, presented_by};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
@@ -62,6 +63,8 @@ pub struct Controller {
     tunnels: TunnelSync,
     planes: Mutex<Planes>,
     provisioner: Provisioner,
+    /// The config API's mutual TLS; `None` when opted out (plain HTTP pushes).
+    config_tls: Option<ConfigTls>,
     /// When the current burst of changes began (ingress writes wait for its end).
     burst_since: std::sync::Mutex<Option<Instant>>,
     /// Each tunnel's last sync result, standing while ingress writes wait.
@@ -82,6 +85,8 @@ pub struct Controller {
 #[derive(Debug, Default)]
 struct Outcome {
     incomplete: bool,
+    /// Nothing failed, but the next round should come soon (planes still moving to a new CA).
+    again: bool,
 }
 
 /// What a [`Controller`] is built from.
@@ -93,6 +98,8 @@ pub struct Parts {
     pub tunnels: TunnelSync,
     pub planes: Planes,
     pub provisioner: Provisioner,
+    /// `None`: push in plain HTTP (explicitly opted out).
+    pub config_tls: Option<ConfigTls>,
     pub metrics: Metrics,
     /// Notified by the stores on every change.
     pub changed: Arc<Notify>,
@@ -111,6 +118,7 @@ impl Controller {
             tunnels: p.tunnels,
             planes: Mutex::new(p.planes),
             provisioner: p.provisioner,
+            config_tls: p.config_tls,
             verifications: Mutex::default(),
             burst_since: std::sync::Mutex::default(),
             last_tunnels: std::sync::Mutex::default(),
@@ -150,7 +158,7 @@ impl Controller {
             }
             let out = self.round().await;
             last_end = Some(Instant::now());
-            if out.incomplete {
+            if out.incomplete || out.again {
                 retry_at = Some(Instant::now() + backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             } else {
@@ -271,15 +279,66 @@ impl Controller {
         // Partitions.
         {
             let mut planes = self.planes.lock().await;
-            for (key, plan) in &model.partitions {
-                let (endpoints, token) = self.partition_target(key, &model, &snap).await;
+            let mut targets = Vec::new();
+            for key in model.partitions.keys() {
+                targets.push(self.partition_target(key, &model, &snap).await);
+            }
+            let round_ca = match &self.config_tls {
+                None => None,
+                Some(tls) => {
+                    // Every pod that answered a push over TLS last presented a certificate of
+                    // the active CA. A pod that never answered is not waited for: it has no
+                    // files older than the Secret's that it is known to serve.
+                    let seen = tls.snapshot_ca(&snap);
+                    let on_active =
+                        seen.as_ref()
+                            .and_then(|s| s.active.as_ref())
+                            .is_some_and(|active| {
+                                targets.iter().all(|(endpoints, _)| {
+                                    endpoints.all.iter().all(|ep| {
+                                        let presented = planes.presented(ep);
+                                        presented.is_none()
+                                            || presented_by(presented.as_deref(), &active.cert_pem)
+                                    })
+                                })
+                            });
+                    let r = tls
+                        .round_ca(on_active, seen, std::time::SystemTime::now())
+                        .await;
+                    if let Err(e) = &r {
+                        tracing::warn!(error = %e, "config API CA unavailable; nothing pushed");
+                        outcome.incomplete = true;
+                    }
+                    Some((tls, r))
+                }
+            };
+            for ((key, plan), (endpoints, token)) in model.partitions.iter().zip(targets) {
+                let transport = match &round_ca {
+                    None => Ok(Transport::Plain),
+                    Some((_, Err(e))) => Err(e.clone()),
+                    Some((tls, Ok(round))) => {
+                        if round.rotating() {
+                            self.recheck_planes(
+                                &mut planes,
+                                key,
+                                &endpoints.all,
+                                round,
+                                &mut outcome,
+                            );
+                        }
+                        self.plane_transport(tls, round, key, &model, &snap).await
+                    }
+                };
+                if let Err(e) = &transport {
+                    tracing::warn!(partition = %key, error = %e, "no config API TLS for the plane");
+                }
                 let report = planes
                     .round(
                         key,
                         &plan.doc,
                         &endpoints,
                         token.as_deref().map_err(String::as_str),
-                        Ok(&Transport::Plain),
+                        transport.as_ref().map_err(String::as_str),
                     )
                     .await;
                 self.count("Partition", !report.incomplete);
@@ -306,6 +365,16 @@ impl Controller {
                 }
             }
             planes.retain(|k| model.partitions.contains_key(k));
+            // The shared plane's pods mount its Secret whether or not a Gateway uses it yet.
+            if let Some((tls, Ok(round))) = &round_ca
+                && !model.partitions.contains_key(&PartitionKey::Shared)
+                && let Err(e) = self
+                    .plane_transport(tls, round, &PartitionKey::Shared, &model, &snap)
+                    .await
+            {
+                tracing::warn!(error = %e, "the shared plane's config API TLS Secret not written");
+                outcome.incomplete = true;
+            }
         }
 
         let pushed = started.elapsed();
@@ -535,6 +604,59 @@ impl Controller {
         }
         let known = known.clone();
         model::compute(snap, &self.settings, &known)
+    }
+
+    /// During a CA rotation: the pods of a partition that last presented a certificate of the
+    /// old CA are pushed again (same version) until they present one of the new CA; only then is
+    /// the previous CA retired.
+    fn recheck_planes(
+        &self,
+        planes: &mut Planes,
+        key: &PartitionKey,
+        endpoints: &[String],
+        round: &RoundCa,
+        outcome: &mut Outcome,
+    ) {
+        for ep in endpoints {
+            let presented = planes.presented(ep);
+            if presented.is_some() && !round.on_active(presented.as_deref()) {
+                planes.repush(key, ep);
+                outcome.again = true;
+            }
+        }
+    }
+
+    /// Writes a partition's TLS Secret when it must change; how to push to it.
+    async fn plane_transport(
+        &self,
+        tls: &ConfigTls,
+        round: &RoundCa,
+        key: &PartitionKey,
+        model: &Model,
+        snap: &crate::world::Snapshot,
+    ) -> Result<Transport, String> {
+        let now = std::time::SystemTime::now();
+        match key {
+            PartitionKey::Shared => {
+                let target = tls.shared_target(&self.settings.shared_plane_service);
+                tls.plane(round, &target, snap, now).await
+            }
+            PartitionKey::Dedicated(gw) => {
+                let names = PlaneNames::for_gateway(&gw.name);
+                let gateway = model
+                    .gateways
+                    .get(gw)
+                    .map(|g| g.gateway.as_ref())
+                    .ok_or_else(|| format!("Gateway {gw} is not served"))?;
+                let target = PlaneTarget {
+                    namespace: &gw.namespace,
+                    secret: &names.config_tls_secret,
+                    service: &names.config_service,
+                    gateway: Some(gateway),
+                };
+                tls.plane(round, &target, snap, now).await
+            }
+        }
     }
 
     /// A partition's proxies and its token.

@@ -42,6 +42,7 @@ pub mod api;
 pub mod conditions;
 pub mod config_ca;
 pub mod config_pki;
+pub mod config_tls;
 pub mod controller;
 pub mod credentials;
 pub mod dedicated;

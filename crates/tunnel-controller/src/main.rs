@@ -13,6 +13,7 @@ use kube_support::leader::{LeaseConfig, elect};
 use kube_support::telemetry::{self, LogFormat};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
+use tunnel_controller::config_tls::{ConfigTls, ConfigTlsSettings};
 use tunnel_controller::controller::{Controller, Parts};
 use tunnel_controller::dedicated::provision::{Provisioner, RenderBase};
 use tunnel_controller::metrics::Metrics;
@@ -69,6 +70,27 @@ struct Cli {
         default_value = "tunnel-proxy-auth"
     )]
     shared_plane_auth_secret: String,
+    /// Push to the planes' config API over mutual TLS (the CA, the planes' serving certificates
+    /// and the controller's client certificates are managed by the controller). `false` pushes
+    /// in plain HTTP, bearer token and backend client keys included: only for planes that run
+    /// without `--config-tls-dir`.
+    #[arg(long, env = "CF_CONFIG_API_TLS", default_value_t = true, action = clap::ArgAction::Set)]
+    config_api_tls: bool,
+    /// The config API CA's Secret (in --namespace; created when missing).
+    #[arg(
+        long,
+        env = "CF_CONFIG_CA_SECRET",
+        default_value = tunnel_controller::config_ca::DEFAULT_CA_SECRET
+    )]
+    config_ca_secret: String,
+    /// The shared plane's config API TLS Secret (in --namespace; written by the controller,
+    /// mounted by the shared plane's pods).
+    #[arg(
+        long,
+        env = "CF_SHARED_PLANE_TLS_SECRET",
+        default_value = "tunnel-proxy-config-tls"
+    )]
+    shared_plane_tls_secret: String,
     /// The Cloudflare API base URL.
     #[arg(long, env = "CF_API_URL", default_value = cloudflare_api::DEFAULT_BASE_URL)]
     cloudflare_api_url: String,
@@ -187,9 +209,24 @@ async fn main() -> anyhow::Result<()> {
                 drain_grace_seconds: cli.drain_grace_seconds,
             },
         ),
+        config_tls: cli.config_api_tls.then(|| {
+            ConfigTls::new(
+                client.clone(),
+                ConfigTlsSettings {
+                    namespace: cli.namespace.clone(),
+                    ca_secret: cli.config_ca_secret.clone(),
+                    shared_plane_secret: cli.shared_plane_tls_secret.clone(),
+                },
+            )
+        }),
         metrics,
         changed,
     }));
+    if !cli.config_api_tls {
+        tracing::warn!(
+            "--config-api-tls=false: config pushes (tokens, backend client keys) travel in plain HTTP"
+        );
+    }
 
     let (leader_tx, leader_rx) = tokio::sync::watch::channel(!cli.leader_election);
     let leadership = if cli.leader_election {

@@ -3,7 +3,7 @@
 //! ownership guard for an object found at a rendered name.
 
 use gateway_api::apis::standard::gateways::Gateway;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
 /// The names of a Gateway's plane objects in its namespace.
@@ -17,6 +17,8 @@ pub struct PlaneNames {
     pub network_policy: String,
     /// `cf-proxy-<gw>-auth`, used only when the GatewayConfig has no `authTokenSecretRef`.
     pub auth_secret: String,
+    /// `cf-proxy-<gw>-config-tls`, the config API's serving certificate and trust bundle.
+    pub config_tls_secret: String,
 }
 
 impl PlaneNames {
@@ -51,6 +53,7 @@ impl PlaneNames {
             config_service: format!("cf-proxy-{stem}-config"),
             network_policy: format!("cf-proxy-{stem}-netpol"),
             auth_secret: format!("cf-proxy-{stem}-auth"),
+            config_tls_secret: format!("cf-proxy-{stem}-config-tls"),
         }
     }
 }
@@ -88,6 +91,19 @@ pub fn sha256_hex(value: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The controller ownerReference every object of `gateway`'s plane carries (`None` before the
+/// Gateway has a UID).
+pub fn gateway_owner(gateway: &Gateway) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "gateway.networking.k8s.io/v1".to_owned(),
+        kind: "Gateway".to_owned(),
+        name: gateway.metadata.name.clone()?,
+        uid: gateway.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
 }
 
 /// True when `meta` names this Gateway (by UID) as its controller: the only objects at a

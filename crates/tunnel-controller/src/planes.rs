@@ -206,6 +206,26 @@ impl Planes {
     /// Forgets partitions that no longer exist.
     pub fn retain(&mut self, keep: impl Fn(&PartitionKey) -> bool) {
         self.partitions.retain(|k, _| keep(k));
+        let known: BTreeSet<String> = self
+            .partitions
+            .values()
+            .flat_map(|p| p.held.keys().chain(&p.ready))
+            .cloned()
+            .collect();
+        self.pusher.retain_presented(|ep| known.contains(ep));
+    }
+
+    /// The serving certificate (DER) `endpoint` presented on its last answered TLS push.
+    pub fn presented(&self, endpoint: &str) -> Option<Vec<u8>> {
+        self.pusher.presented(endpoint)
+    }
+
+    /// Pushes the current version to `endpoint` of `partition` again next round, though it
+    /// holds it (to see which certificate it serves now).
+    pub fn repush(&mut self, partition: &PartitionKey, endpoint: &str) {
+        if let Some(p) = self.partitions.get_mut(partition) {
+            p.held.remove(endpoint);
+        }
     }
 }
 

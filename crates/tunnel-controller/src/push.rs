@@ -10,7 +10,9 @@
 //! - [`Transport`]: mutual TLS by default (the plane's serving certificate checked against its
 //!   config Service name, the controller's client certificate presented; see
 //!   [`tunnel_config::config_api`]), plain HTTP only when opted out. A TLS client is built once
-//!   per distinct trust bundle, identities and plane name, and reused.
+//!   per distinct trust bundle, identities and plane name, and reused. The serving certificate
+//!   each endpoint presented on its last answered TLS push is kept ([`Pusher::presented`]):
+//!   which CA a plane really serves from decides when a rotated-out CA may be retired.
 //! - [`PushHealth`] turns rounds into the route condition: a sustained run of failed rounds
 //!   ([`FAILED_ROUNDS_BEFORE_CONDITION`]) sets `ProxyConfigPushed=False`; the first fully
 //!   successful round clears it.
@@ -105,6 +107,8 @@ const MAX_TLS_CLIENTS: usize = 256;
 pub struct Pusher {
     http: reqwest::Client,
     tls: Arc<Mutex<HashMap<[u8; 32], reqwest::Client>>>,
+    /// Per endpoint, the DER serving certificate it presented on its last answered TLS push.
+    presented: Arc<Mutex<HashMap<String, Vec<u8>>>>,
 }
 
 /// A TLS client could not be built.
@@ -122,7 +126,25 @@ impl Pusher {
         Ok(Self {
             http: reqwest::Client::builder().timeout(PUSH_TIMEOUT).build()?,
             tls: Arc::default(),
+            presented: Arc::default(),
         })
+    }
+
+    /// The serving certificate (DER) `endpoint` presented on its last answered TLS push.
+    pub fn presented(&self, endpoint: &str) -> Option<Vec<u8>> {
+        self.presented
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(endpoint)
+            .cloned()
+    }
+
+    /// Forgets the certificates of endpoints `keep` rejects (gone pods).
+    pub fn retain_presented(&self, keep: impl Fn(&str) -> bool) {
+        self.presented
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|ep, _| keep(ep));
     }
 
     fn client(
@@ -155,6 +177,10 @@ impl Pusher {
         let client = reqwest::Client::builder()
             .timeout(PUSH_TIMEOUT)
             .tls_backend_preconfigured(config)
+            .tls_info(true)
+            // A handshake per push: the certificate recorded is the one the pod serves now, not
+            // the one of a pooled connection opened before its files changed.
+            .pool_max_idle_per_host(0)
             .build()?;
         if cache.len() >= MAX_TLS_CLIENTS {
             cache.clear();
@@ -221,6 +247,16 @@ impl Pusher {
             Ok(r) => r,
             Err(e) => return PushOutcome::Failed(with_sources(&e)),
         };
+        if let Some(cert) = resp
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|i| i.peer_certificate())
+        {
+            self.presented
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(ep.to_owned(), cert.to_vec());
+        }
         let status = resp.status().as_u16();
         let body: serde_json::Value = resp.json().await.unwrap_or_default();
         match status {

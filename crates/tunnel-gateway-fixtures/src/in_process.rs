@@ -2,11 +2,14 @@
 //! plane's proxies, the Cloudflare contract double and HTTP backends.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cloudflare_double::{CloudflareDouble, ControlError, TokenScope, TunnelInfo};
 use tokio::net::TcpListener;
 use tunnel_proxy::admin::{self, AdminError, AdminOptions};
+use tunnel_proxy::config_tls::{self, ReloadingTls, TlsFiles, TlsFilesError};
 use tunnel_proxy::state::State;
 
 /// Why a part could not start.
@@ -18,34 +21,54 @@ pub enum StartError {
     Admin(#[from] AdminError),
     #[error("the Cloudflare double: {0}")]
     Double(#[from] ControlError),
+    #[error("the config API's certificate files: {0}")]
+    Tls(#[from] TlsFilesError),
 }
 
 /// A proxy standing in for one pod of a data plane.
 pub struct Proxy {
     /// Its traffic port.
     pub data: SocketAddr,
-    /// Its config API.
+    /// Its admin port (status routes; also `/config` when the config API is plain HTTP).
     pub admin: SocketAddr,
+    /// Where pushes go: the admin port, or the mutual TLS listener.
+    pub config: SocketAddr,
     pub state: Arc<State>,
 }
 
-/// Starts a proxy: the data plane and the config API with `token`.
-pub async fn start_proxy(token: &str) -> Result<Proxy, StartError> {
+/// Starts a proxy: the data plane and the config API with `token`, in plain HTTP on the admin
+/// port, or over mutual TLS on a port of its own with the files of a plane's TLS Secret in
+/// `tls_dir` (re-read when they change, as the binary's `--config-tls-dir`).
+pub async fn start_proxy(token: &str, tls_dir: Option<&Path>) -> Result<Proxy, StartError> {
     let state = Arc::new(State::new());
     let data = TcpListener::bind("127.0.0.1:0").await?;
     let admin_l = TcpListener::bind("127.0.0.1:0").await?;
+    let options = AdminOptions {
+        auth_token: Some(token.to_owned()),
+        connector_ready_url: None,
+    };
+    let (router, config) = match tls_dir {
+        None => {
+            let router = admin::router(state.clone(), options)?;
+            (router, admin_l.local_addr()?)
+        }
+        Some(dir) => {
+            let expiry = state.metrics().config_tls_expiry().clone();
+            let tls = ReloadingTls::load(TlsFiles::in_dir(dir), expiry)?;
+            let (status, config_api) = admin::split(state.clone(), options)?;
+            let l = TcpListener::bind("127.0.0.1:0").await?;
+            let addr = l.local_addr()?;
+            tls.watch(Duration::from_millis(200));
+            tokio::spawn(config_tls::serve(l, config_api, tls));
+            (status, addr)
+        }
+    };
     let p = Proxy {
         data: data.local_addr()?,
         admin: admin_l.local_addr()?,
+        config,
         state: state.clone(),
     };
-    let router = admin::router(
-        state.clone(),
-        AdminOptions {
-            auth_token: Some(token.to_owned()),
-            connector_ready_url: None,
-        },
-    )?;
     tokio::spawn(async move { axum::serve(admin_l, router).await });
     tokio::spawn(tunnel_proxy::proxy::serve(
         data,

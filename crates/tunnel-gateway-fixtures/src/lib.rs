@@ -155,7 +155,9 @@ pub fn controller_kubeconfig(cluster: &Cluster) -> Result<PathBuf, test_cluster:
 }
 
 /// The arguments of the controller binary: `kubeconfig` (see [`controller_kubeconfig`]), the
-/// install's namespace, its Lease `identity`, its admin address and the Cloudflare API.
+/// install's namespace, its Lease `identity`, its admin address and the Cloudflare API. The
+/// config API is pushed over mutual TLS (the default): proxies serve it from the files of their
+/// plane's TLS Secret ([`plane_tls_files`]).
 pub fn controller_args(
     kubeconfig: &Path,
     identity: &str,
@@ -177,4 +179,31 @@ pub fn controller_args(
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// The shared plane's config API TLS Secret (written by the controller).
+pub const SHARED_TLS_SECRET: &str = "tunnel-proxy-config-tls";
+
+/// Writes the keys of a plane's `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`, `ca.crt`) as
+/// files into `dir`, as the kubelet mounts them; `None` while the Secret lacks one of them.
+pub fn plane_tls_files(secret: &serde_json::Value, dir: &Path) -> std::io::Result<Option<()>> {
+    use base64::Engine;
+    let mut files = Vec::new();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        let Some(value) = secret["data"][key].as_str() else {
+            return Ok(None);
+        };
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(value) else {
+            return Ok(None);
+        };
+        files.push((key, bytes));
+    }
+    std::fs::create_dir_all(dir)?;
+    for (key, bytes) in files {
+        // Written aside and renamed, so a reader never sees half a file.
+        let tmp = dir.join(format!(".{key}.tmp"));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, dir.join(key))?;
+    }
+    Ok(Some(()))
 }

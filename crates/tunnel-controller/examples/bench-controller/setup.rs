@@ -77,7 +77,9 @@ pub async fn stage(state_dir: &Path, proxies: usize) -> anyhow::Result<Stage> {
     let mut states = Vec::new();
     let mut proxy_data = Vec::new();
     for i in 0..proxies {
-        let proxy = in_process::start_proxy(SHARED_TOKEN).await?;
+        // Plain HTTP (the controller runs with --config-api-tls=false): the benchmark measures
+        // propagation through the controller, as it did before the config API had TLS.
+        let proxy = in_process::start_proxy(SHARED_TOKEN, None).await?;
         let slice = config_endpoint_slice(
             SYSTEM_NS,
             CONFIG_SERVICE,
@@ -117,12 +119,13 @@ impl Stage {
         admin: SocketAddr,
     ) -> anyhow::Result<ManagedProcess> {
         let kubeconfig = controller_kubeconfig(self.cluster())?;
-        let args = controller_args(
+        let mut args = controller_args(
             &kubeconfig,
             "bench-controller",
             admin,
             &self.double.base_url(),
         );
+        args.push("--config-api-tls=false".to_owned());
         Ok(ManagedProcess::spawn(
             "tunnel-gateway-controller",
             bin,

@@ -833,6 +833,7 @@ mod tests {
                 config_service: "cf-proxy-edge-config".into(),
                 network_policy: "cf-proxy-edge-netpol".into(),
                 auth_secret: "cf-proxy-edge-auth".into(),
+                config_tls_secret: "cf-proxy-edge-config-tls".into(),
             }
         );
     }

@@ -242,7 +242,7 @@ async fn run_plane(ns: &str, gw: &str) -> Proxy {
             .unwrap(),
     )
     .unwrap();
-    let p = spawn_proxy(&token).await;
+    let p = spawn_plane_proxy(&token, ns, gw).await;
     publish_plane_proxy(ns, gw, &p).await;
     eventually("the Deployment", WAIT, || async {
         exists("deployment", ns, &format!("cf-proxy-{gw}"))
@@ -951,7 +951,7 @@ spec:
         !exists("secret", &ns, "cf-proxy-gw-auth").await,
         "a bring-your-own token generates nothing"
     );
-    let first = spawn_proxy("first-token").await;
+    let first = spawn_plane_proxy("first-token", &ns, "gw").await;
     publish_plane_proxy(&ns, "gw", &first).await;
     let data = first.data;
     wait_ok(data, &host, "/").await;
@@ -968,7 +968,7 @@ spec:
     })
     .await;
     // The rolled pod has the new token; pushes authenticate with it.
-    let second = spawn_proxy("second-token").await;
+    let second = spawn_plane_proxy("second-token", &ns, "gw").await;
     publish_plane_proxy(&ns, "gw", &second).await;
     let data = second.data;
     wait_ok(data, &host, "/").await;

@@ -1,5 +1,6 @@
 //! Config delivery to the shared plane: new pods get the last config, a proxy refusing pushes
-//! shows on the routes and clears.
+//! shows on the routes and clears, and a rotation of the config API's CA reaches the planes
+//! without a failed push.
 
 use std::time::Duration;
 
@@ -116,4 +117,108 @@ async fn a_proxy_refusing_pushes_sets_proxy_config_pushed_false_then_clears() {
         },
     )
     .await;
+}
+
+fn pem_count(secret: &serde_json::Value, key: &str) -> usize {
+    use base64::Engine;
+    let pem = secret["data"][key]
+        .as_str()
+        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+        .unwrap_or_default();
+    String::from_utf8_lossy(&pem)
+        .matches("BEGIN CERTIFICATE")
+        .count()
+}
+
+#[tokio::test]
+async fn a_config_ca_rotation_keeps_the_old_ca_until_every_plane_serves_the_new_one() {
+    let w = world();
+    let _exclusive = w.lock.write().await;
+    let ns = unique_name("rotate");
+    let host = format!("{ns}.example.com");
+    let port = spawn_backend("rotate").await;
+    apply(&namespace_with_gateway(&ns)).await;
+    apply(&service_yaml(&ns, "echo", port)).await;
+    apply(&http_route(&ns, "web", &host, &ns, "echo")).await;
+    wait_traffic(&host, "/", 200, "rotate").await;
+    let ca = || get_json(&["secret", "tunnel-gateway-config-ca", "-n", SYSTEM_NS]);
+    let before = ca().await;
+    assert_eq!(
+        pem_count(&before, "previous.crt"),
+        0,
+        "no rotation under way"
+    );
+
+    let request = unique_name("r");
+    kubectl(&[
+        "annotate",
+        "secret",
+        "tunnel-gateway-config-ca",
+        "-n",
+        SYSTEM_NS,
+        &format!("cf.k8s.lex.la/rotate-config-ca={request}"),
+    ])
+    .await;
+    // The plane's Secret trusts both CAs and carries a certificate of the new one ...
+    let shared = eventually(
+        "the shared plane's Secret moves to the new CA",
+        Duration::from_secs(60),
+        || async {
+            let s = get_json(&["secret", "tunnel-proxy-config-tls", "-n", SYSTEM_NS]).await;
+            (pem_count(&s, "ca.crt") == 2)
+                .then_some(s)
+                .ok_or("one CA".to_owned())
+        },
+    )
+    .await;
+    let rotating = ca().await;
+    assert_eq!(
+        rotating["metadata"]["annotations"]["cf.k8s.lex.la/rotated-config-ca"],
+        request.as_str(),
+        "the request is answered"
+    );
+    assert_ne!(rotating["data"]["ca.crt"], before["data"]["ca.crt"]);
+    assert_eq!(rotating["data"]["previous.crt"], before["data"]["ca.crt"]);
+    // ... but the pods still serve the old certificate (their files have not caught up): the
+    // old CA stays trusted, however many rounds pass.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        ca().await["data"]["previous.crt"],
+        before["data"]["ca.crt"],
+        "not retired while a plane serves a certificate of it"
+    );
+    assert!(shared["data"]["tls.crt"].is_string());
+
+    // The files catch up (the kubelet's copy); once every pod presented the new certificate,
+    // the old CA is retired.
+    eventually(
+        "the previous CA retired",
+        Duration::from_secs(90),
+        || async {
+            resync_plane_tls().await;
+            let now = ca().await;
+            (pem_count(&now, "previous.crt") == 0)
+                .then_some(())
+                .ok_or("still trusted".to_owned())
+        },
+    )
+    .await;
+    let after = get_json(&["secret", "tunnel-proxy-config-tls", "-n", SYSTEM_NS]).await;
+    assert_eq!(
+        pem_count(&after, "ca.crt"),
+        1,
+        "the bundle holds the new CA only"
+    );
+    resync_plane_tls().await;
+
+    // Pushes keep working with the new CA alone: a route change reaches every pod.
+    apply(&http_route(
+        &ns,
+        "web2",
+        &format!("two.{host}"),
+        &ns,
+        "echo",
+    ))
+    .await;
+    wait_traffic(&format!("two.{host}"), "/", 200, "rotate").await;
 }

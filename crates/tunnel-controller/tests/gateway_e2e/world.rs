@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,8 @@ pub use tunnel_gateway_fixtures::in_process::Proxy;
 use tunnel_gateway_fixtures::in_process::{self, Cloudflare};
 pub use tunnel_gateway_fixtures::{CLASS, CONTROLLER, SYSTEM_NS, service_yaml};
 use tunnel_gateway_fixtures::{
-    CONFIG_SERVICE, Install, RBAC_YAML, controller_args, controller_kubeconfig,
+    CONFIG_SERVICE, Install, RBAC_YAML, SHARED_TLS_SECRET, controller_args, controller_kubeconfig,
+    plane_tls_files,
 };
 
 pub const SHARED_TOKEN: &str = "shared-plane-e2e-token";
@@ -28,11 +30,39 @@ pub struct World {
     pub tunnel: TunnelInfo,
     /// The shared plane's pods started with the world.
     pub proxies: Vec<Proxy>,
+    /// The shared plane's config API certificate files (its TLS Secret, as mounted).
+    pub shared_tls: std::path::PathBuf,
     rt: tokio::runtime::Handle,
     /// Tests that break what every route depends on take this exclusively.
     pub lock: RwLock<()>,
     /// The controller replicas (one holds the Lease).
     pub replicas: Mutex<Vec<Replica>>,
+}
+
+/// Every plane TLS Secret copied into a directory (namespace, name, directory): what the
+/// kubelet would keep in sync ([`resync_plane_tls`]).
+static MOUNTED: Mutex<Vec<(String, String, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Copies every mounted plane TLS Secret into its directory again, as the kubelet does a while
+/// after a Secret changes (Secrets gone since are skipped).
+pub async fn resync_plane_tls() {
+    let mounted = MOUNTED.lock().unwrap().clone();
+    for (ns, name, dir) in mounted {
+        let out = kubectl(&[
+            "get",
+            "secret",
+            &name,
+            "-n",
+            &ns,
+            "-o",
+            "json",
+            "--ignore-not-found",
+        ])
+        .await;
+        if let Ok(secret) = serde_json::from_str::<Value>(&out) {
+            plane_tls_files(&secret, &dir).expect("writing the certificate files");
+        }
+    }
 }
 
 fn spec() -> ControlPlaneBuilder {
@@ -94,14 +124,6 @@ async fn start(cp: &'static ControlPlane, rt: tokio::runtime::Handle) -> World {
     apply_on(cluster, RBAC_YAML).await;
     let controller_kubeconfig = controller_kubeconfig(cluster).expect("controller kubeconfig");
 
-    // Two pods of the shared plane.
-    let mut proxies = Vec::new();
-    for i in 0..2 {
-        let p = start_proxy(SHARED_TOKEN).await;
-        publish_proxy(cluster, &format!("pod-{i}"), &p).await;
-        proxies.push(p);
-    }
-
     // Two replicas: leader election decides which one acts.
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tunnel-gateway-controller"));
     let mut replicas = Vec::new();
@@ -127,12 +149,24 @@ async fn start(cp: &'static ControlPlane, rt: tokio::runtime::Handle) -> World {
         });
     }
 
+    // Two pods of the shared plane, serving the config API over mutual TLS from the Secret the
+    // controller writes (copied into a directory as the kubelet mounts it).
+    let shared_tls = cp.state_dir().join("shared-plane-tls");
+    wait_plane_tls(cluster, SYSTEM_NS, SHARED_TLS_SECRET, &shared_tls).await;
+    let mut proxies = Vec::new();
+    for i in 0..2 {
+        let p = start_proxy(SHARED_TOKEN, &shared_tls).await;
+        publish_proxy(cluster, &format!("pod-{i}"), &p).await;
+        proxies.push(p);
+    }
+
     World {
         cp,
         double,
         account,
         tunnel,
         proxies,
+        shared_tls,
         rt,
         lock: RwLock::new(()),
         replicas: Mutex::new(replicas),
@@ -173,19 +207,65 @@ pub async fn leader_metrics() -> SocketAddr {
         .unwrap_or_else(|| panic!("no running replica holds the Lease ({holder:?})"))
 }
 
-/// Starts an in-process proxy (data plane + config API with `token`).
-pub async fn start_proxy(token: &str) -> Proxy {
-    in_process::start_proxy(token).await.expect("proxy starts")
+/// Starts an in-process proxy (data plane + config API with `token` over mutual TLS with the
+/// certificate files in `tls`).
+pub async fn start_proxy(token: &str, tls: &Path) -> Proxy {
+    in_process::start_proxy(token, Some(tls))
+        .await
+        .expect("proxy starts")
 }
 
-/// Starts a proxy on the world's runtime (it outlives the calling test).
+/// Starts a pod of the shared plane on the world's runtime (it outlives the calling test).
 pub async fn spawn_proxy(token: &str) -> Proxy {
+    spawn_proxy_with(token, world().shared_tls.clone()).await
+}
+
+/// Starts a proxy on the world's runtime serving the config API with the files in `tls`.
+pub async fn spawn_proxy_with(token: &str, tls: PathBuf) -> Proxy {
     let token = token.to_owned();
     world()
         .rt
-        .spawn(async move { start_proxy(&token).await })
+        .spawn(async move { start_proxy(&token, &tls).await })
         .await
         .unwrap()
+}
+
+/// Starts a pod of the dedicated plane of Gateway `ns/gw` on the world's runtime, serving the
+/// config API with the plane's TLS Secret (`cf-proxy-<gw>-config-tls`, once written).
+pub async fn spawn_plane_proxy(token: &str, ns: &str, gw: &str) -> Proxy {
+    let dir = world().cp.state_dir().join(format!("plane-tls-{ns}-{gw}"));
+    wait_plane_tls(cluster(), ns, &format!("cf-proxy-{gw}-config-tls"), &dir).await;
+    spawn_proxy_with(token, dir).await
+}
+
+/// Waits for the plane TLS Secret `ns/name` the controller writes and copies its keys into
+/// `dir` (as the kubelet mounts a Secret); returns the Secret.
+pub async fn wait_plane_tls(cluster: &Cluster, ns: &str, name: &str, dir: &Path) -> Value {
+    eventually(
+        &format!("the config API TLS Secret {ns}/{name}"),
+        Duration::from_secs(60),
+        || async {
+            let out = cluster
+                .kubectl()
+                .args(["get", "secret", name, "-n", ns, "-o", "json"])
+                .output()
+                .await
+                .map_err(|e| e.to_string())?;
+            let secret: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+            match plane_tls_files(&secret, dir) {
+                Ok(Some(())) => {
+                    MOUNTED
+                        .lock()
+                        .unwrap()
+                        .push((ns.to_owned(), name.to_owned(), dir.to_owned()));
+                    Ok(secret)
+                }
+                Ok(None) => Err("not written yet".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
 }
 
 /// An EndpointSlice of the shared plane's config Service for `p`.
@@ -202,7 +282,7 @@ pub async fn publish_proxy(cluster: &Cluster, pod: &str, p: &Proxy) {
 /// An EndpointSlice (not-ready, as a pod without config is) of the config Service `service`
 /// pointing at `p`'s config API.
 pub fn config_endpoint_slice(ns: &str, service: &str, slice: &str, p: &Proxy) -> String {
-    tunnel_gateway_fixtures::config_endpoint_slice(ns, service, slice, p.admin.port(), false)
+    tunnel_gateway_fixtures::config_endpoint_slice(ns, service, slice, p.config.port(), false)
 }
 
 /// A local HTTP backend answering `<name> <path>`; runs on the world's runtime.
