@@ -741,6 +741,9 @@ fn controller_calls() -> Vec<Vec<String>> {
     // The shared plane's auth Secret and a dedicated plane's.
     calls.push(owned(&["create", "secrets", "-n", NAMESPACE]));
     calls.push(owned(&["create", "secrets", "-n", "team-a"]));
+    // The config API's CA Secret and the planes' TLS Secrets, renewed in place.
+    calls.push(owned(&["update", "secrets", "-n", NAMESPACE]));
+    calls.push(owned(&["update", "secrets", "-n", "team-a"]));
     // Dedicated planes in Gateway namespaces.
     for resource in DEDICATED_PLANE {
         for verb in ["get", "list", "watch", "create", "patch", "delete"] {
@@ -784,11 +787,11 @@ async fn the_controller_account_can_make_every_call_of_the_controller() {
 
 /// What the controller's account must not do.
 const DENIED: &[&[&str]] = &[
-    // Secrets: created and read, never rewritten or removed.
-    &["update", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
+    // Secrets: created, read and (the config API's certificates) updated; never patched or
+    // removed.
     &["patch", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
     &["delete", "secrets/tunnel-proxy-auth", "-n", NAMESPACE],
-    &["update", "secrets", "-n", "team-a"],
+    &["patch", "secrets", "-n", "team-a"],
     &["delete", "secrets", "-n", "team-a"],
     &["deletecollection", "secrets", "-n", "team-a"],
     // No pods, no exec, no logs, no tokens.
