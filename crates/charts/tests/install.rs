@@ -313,7 +313,8 @@ async fn the_tunnel_gateway_chart_installs_into_a_restricted_namespace_and_unins
         let refused = refused_rules(role, &sa).await;
         assert!(refused.is_empty(), "refused {refused:?}");
     }
-    assert!(!can_i(&sa, &["update", "secrets", "-n", ns]).await);
+    // Secrets are updated (the config API certificates), never deleted.
+    assert!(!can_i(&sa, &["delete", "secrets", "-n", ns]).await);
     assert!(!can_i(&sa, &["create", "pods", "-n", ns]).await);
 
     helm(&["uninstall", "tunnel-gateway", "-n", ns, "--wait"]).await;
