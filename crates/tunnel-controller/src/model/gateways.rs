@@ -139,6 +139,7 @@ fn gateway_outcome(
         credentials: class.map(|c| c.credentials.clone()),
         ownership: class.and_then(|c| c.ownership.clone()),
         dns_owner: class.and_then(|c| c.dns_owner.clone()),
+        owner_id: class.map(|c| c.owner_id.clone()),
     };
     let refuse = |out: &mut GatewayOutcome, v: Verdict| {
         out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());
