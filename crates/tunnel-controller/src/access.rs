@@ -698,6 +698,7 @@ pub struct AccessReport {
 }
 
 struct Last {
+    scope: Scope,
     desired: BTreeMap<ObjKey, DesiredApp>,
     at: Instant,
     report: AccessReport,
@@ -728,15 +729,27 @@ impl AccessSync {
         self.last.lock().await.contains_key(key)
     }
 
+    /// Scopes whose last sync left applications in place or failed: synced again (with nothing
+    /// desired) even when no Gateway uses them any more, so their applications go.
+    pub async fn pending(&self) -> Vec<(String, Scope)> {
+        self.last
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, l)| !l.desired.is_empty() || l.report.incomplete)
+            .map(|(k, l)| (k.clone(), l.scope.clone()))
+            .collect()
+    }
+
     /// Brings `owner`'s applications in `account` to `desired`; an unchanged `desired` is not
     /// looked at again until [`crate::tunnels::RESYNC_AFTER`] has passed, unless the last sync
     /// failed.
     pub async fn sync(
         &self,
         key: &str,
+        scope: &Scope,
         client: &Client,
         account: &str,
-        owner: &str,
         desired: &BTreeMap<ObjKey, DesiredApp>,
     ) -> AccessReport {
         let mut last = self.last.lock().await;
@@ -747,10 +760,11 @@ impl AccessSync {
         {
             return l.report.clone();
         }
-        let report = self.run(client, account, owner, desired).await;
+        let report = self.run(client, account, &scope.owner, desired).await;
         last.insert(
             key.to_owned(),
             Last {
+                scope: scope.clone(),
                 desired: desired.clone(),
                 at: Instant::now(),
                 report: report.clone(),
@@ -759,9 +773,12 @@ impl AccessSync {
         report
     }
 
-    /// Forgets scopes not in use.
+    /// Forgets scopes not in `keys` whose applications are all gone.
     pub async fn retain(&self, keys: &BTreeSet<String>) {
-        self.last.lock().await.retain(|k, _| keys.contains(k));
+        self.last
+            .lock()
+            .await
+            .retain(|k, l| keys.contains(k) || !l.desired.is_empty() || l.report.incomplete);
     }
 
     async fn run(

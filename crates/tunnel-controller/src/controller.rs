@@ -507,8 +507,8 @@ impl Controller {
         by_gateway
     }
 
-    /// Brings each scope's Access applications to the decision. A scope is synced while
-    /// AccessPolicies exist or when it was synced before (its applications may have to go).
+    /// Brings each scope's Access applications to the decision. A scope is synced once it has
+    /// applications, and afterwards until they are gone (also when no Gateway uses it any more).
     async fn access_apps(
         &self,
         decision: &crate::access::Decision,
@@ -516,16 +516,27 @@ impl Controller {
     ) -> BTreeMap<String, AccessReport> {
         let mut reports = BTreeMap::new();
         let mut keys = BTreeSet::new();
-        for (key, (scope, apps)) in &decision.scopes {
+        let none = BTreeMap::new();
+        let mut scopes: Vec<(&String, &crate::access::Scope, &BTreeMap<_, _>)> = decision
+            .scopes
+            .iter()
+            .map(|(k, (s, apps))| (k, s, apps))
+            .collect();
+        let pending = self.access.pending().await;
+        scopes.extend(
+            pending
+                .iter()
+                .filter(|(k, _)| !decision.scopes.contains_key(k))
+                .map(|(k, s)| (k, s, &none)),
+        );
+        for (key, scope, apps) in scopes {
             keys.insert(key.clone());
             if apps.is_empty() && !self.access.known(key).await {
                 continue;
             }
             let report = match self.tunnels.client_and_account(&scope.credentials).await {
                 Ok((client, account)) => {
-                    self.access
-                        .sync(key, &client, &account, &scope.owner, apps)
-                        .await
+                    self.access.sync(key, scope, &client, &account, apps).await
                 }
                 Err(e) => AccessReport {
                     apps: apps
