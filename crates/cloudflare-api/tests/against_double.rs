@@ -885,7 +885,7 @@ async fn access_apps_lifecycle_conflicts_validation_and_account_scope() {
     bad.session_duration = Some("1 day".into());
     let err = c.create_access_app(a, &bad).await.unwrap_err();
     assert!(err.to_string().contains("session_duration"), "{err}");
-    let mut bad = access_app("bad", &["c.example.com"], &[]);
+    let bad = access_app("bad", &["c.example.com"], &[]);
     let err = c.create_access_app(a, &bad).await.unwrap_err();
     assert!(err.to_string().contains("include"), "{err}");
     let bad = access_app("bad", &["https://c.example.com"], &["z@example.com"]);

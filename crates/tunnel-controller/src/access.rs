@@ -560,33 +560,17 @@ fn same(existing: &AccessApp, want: &NewAccessApp) -> bool {
     let uris: BTreeSet<String> = existing.uris().into_iter().collect();
     let want_uris: BTreeSet<String> = want.destinations.iter().map(|d| d.uri.clone()).collect();
     let session = |s: &Option<String>| s.clone().unwrap_or_else(|| "24h".into());
-    let rules: Vec<(&str, &str, &[Value], &[Value], &[Value])> = existing
+    // Precedence is the list order on both sides; the server may number it differently.
+    let unnumbered = |r: &AccessPolicyRule| AccessPolicyRule {
+        precedence: None,
+        ..r.clone()
+    };
+    let rules: Vec<AccessPolicyRule> = existing
         .policies
         .iter()
-        .map(|p| {
-            let r = &p.rule;
-            (
-                r.name.as_str(),
-                r.decision.as_str(),
-                &r.include[..],
-                &r.exclude[..],
-                &r.require[..],
-            )
-        })
+        .map(|p| unnumbered(&p.rule))
         .collect();
-    let want_rules: Vec<(&str, &str, &[Value], &[Value], &[Value])> = want
-        .policies
-        .iter()
-        .map(|r| {
-            (
-                r.name.as_str(),
-                r.decision.as_str(),
-                &r.include[..],
-                &r.exclude[..],
-                &r.require[..],
-            )
-        })
-        .collect();
+    let want_rules: Vec<AccessPolicyRule> = want.policies.iter().map(unnumbered).collect();
     existing.kind == want.kind
         && uris == want_uris
         && session(&existing.session_duration) == session(&want.session_duration)

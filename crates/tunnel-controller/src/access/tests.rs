@@ -265,6 +265,6 @@ fn rules_translate_to_cloudflare_selectors_or_are_refused() {
         },
     ];
     for r in refused {
-        assert!(cloudflare_rules(&[r.clone()]).is_err(), "{r:?}");
+        assert!(cloudflare_rules(std::slice::from_ref(&r)).is_err(), "{r:?}");
     }
 }
