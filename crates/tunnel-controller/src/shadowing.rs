@@ -282,6 +282,7 @@ mod tests {
         config::Route::Http(HttpRoute {
             name: name.into(),
             hostnames: hosts.iter().map(|h| h.to_string()).collect(),
+            excluded_hostnames: Default::default(),
             rules: vec![HttpRule {
                 name: None,
                 matches: paths
@@ -306,6 +307,7 @@ mod tests {
         config::Route::Grpc(GrpcRoute {
             name: name.into(),
             hostnames: hosts.iter().map(|h| h.to_string()).collect(),
+            excluded_hostnames: Default::default(),
             rules: vec![config::GrpcRule {
                 name: None,
                 matches: vec![],
