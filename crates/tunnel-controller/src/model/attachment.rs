@@ -349,9 +349,9 @@ fn route_outcome(
         };
         let family = families.get(&gw_key).map(Vec::as_slice).unwrap_or_default();
         let (accepted, attachment) = attach(route, gw, &status_ref, namespaces, family);
-        let (listeners, served_through) = match attachment {
-            Some(a) => (Some(a.listeners), a.served),
-            None => (None, None),
+        let (listeners, served_through, isolated) = match attachment {
+            Some(a) => (Some(a.listeners), a.served, a.isolated),
+            None => (None, None, false),
         };
         let (hosts, port) = match served_through {
             Some((hosts, port)) => (Some(hosts), port),
@@ -366,6 +366,7 @@ fn route_outcome(
             attached: listeners.is_some(),
             listeners: listeners.unwrap_or_default(),
             hostnames,
+            isolated,
         });
         if let (Some(hosts), Some(partition)) = (hosts, gw.partition.clone()) {
             let entry = served
@@ -410,6 +411,7 @@ fn route_outcome(
                     p.verdicts[0] = refused.clone();
                     p.attached = false;
                     p.hostnames = None;
+                    p.isolated = false;
                 }
                 p.verdicts.push(v.resolved.clone());
                 p.verdicts.extend(v.partial.clone());
@@ -604,6 +606,8 @@ struct Attachment {
     /// What it serves through the served ones among them and their lowest port; `None` when
     /// none of them serves anything.
     served: Option<(Served, i32)>,
+    /// Some of them are served, but narrower listeners take all its hostnames there.
+    isolated: bool,
 }
 
 /// Whether a route attaches to a Gateway through a parentRef, through which listeners, and
@@ -685,6 +689,7 @@ fn attach(
     let mut attached = Hosts::default();
     let mut served = Served::new();
     let mut served_port: Option<i32> = None;
+    let mut through_served = false;
     let mut listeners = Vec::new();
     for (i, l, out) in &allowed {
         if let Some(h) = hostnames::intersect(l.hostname.as_deref(), &route.hostnames) {
@@ -693,6 +698,7 @@ fn attach(
             if !out.served {
                 continue;
             }
+            through_served = true;
             // Listener isolation: hosts of a more specific listener on this port are its own.
             let same_port = family
                 .iter()
@@ -741,6 +747,7 @@ fn attach(
         Verdict::ok("Accepted", "the route is accepted"),
         Some(Attachment {
             listeners,
+            isolated: through_served && served_port.is_none(),
             served: served_port.map(|p| (served, p)),
         }),
     )
