@@ -472,11 +472,14 @@ struct Translated {
     services: Vec<(String, String)>,
 }
 
+/// A table entry's `excludedHostnames`.
+type Excluded = BTreeMap<String, Vec<String>>;
+
 /// The table entries' hostnames and excluded hostnames for what a route serves: one entry, or
 /// two when it serves any host but some (`*` with exclusions) besides other patterns, as an
 /// entry's `hostnames` is either a list of patterns or any host.
-fn table_hosts(served: &Served) -> Vec<(Vec<String>, BTreeMap<String, Vec<String>>)> {
-    let excluded = |s: &Served| -> BTreeMap<String, Vec<String>> {
+fn table_hosts(served: &Served) -> Vec<(Vec<String>, Excluded)> {
+    let excluded = |s: &Served| -> Excluded {
         s.iter()
             .filter(|(_, ex)| !ex.is_empty())
             .map(|(h, ex)| (h.clone(), ex.iter().cloned().collect()))
