@@ -600,6 +600,13 @@ fn published(
     gw: Option<&crate::model::GatewayOutcome>,
     effects: &Effects,
 ) -> Verdict {
+    if p.isolated {
+        return Verdict::fail(
+            PUBLISHED,
+            "HostnamesIsolated",
+            "nothing is served: each hostname the route has through its listeners belongs to a more specific listener of the Gateway (listener isolation)",
+        );
+    }
     if p.hostnames.is_none() {
         return Verdict::fail(
             PUBLISHED,

@@ -173,8 +173,12 @@ pub struct ParentOutcome {
     /// The indices of the listeners it attached through.
     pub(crate) listeners: Vec<usize>,
     /// Hostnames the route serves through this parent (empty: any host); `None` when nothing
-    /// is served: not attached, or attached only through listeners that are not served.
+    /// is served: not attached, or attached only through listeners that are not served, or
+    /// `isolated`.
     pub hostnames: Option<Vec<String>>,
+    /// Attached through served listeners, but each of its hostnames there belongs to a more
+    /// specific listener of the Gateway (listener isolation), so nothing is served.
+    pub isolated: bool,
 }
 
 /// A route and its parents of ours.
@@ -303,6 +307,7 @@ mod tests {
                     attached: false,
                     listeners: Vec::new(),
                     hostnames: None,
+                    isolated: false,
                 })
                 .collect(),
         }
