@@ -1,11 +1,10 @@
-//! The install as deployed, on a cluster with the node agent: the Cloudflare double (API, edge
-//! and connector port) in this process on host loopback, a cluster whose node runs the
-//! controller's Deployment and the shared plane's Pods from the built binaries (or from the
-//! project's images: [`Binaries::from_images`]), and the
-//! operator's part of the install (the namespace, the two Secrets, then either `kubectl apply -k
-//! deploy/tunnel-gateway` with the controller pointed at the double and the GatewayClassConfig,
-//! or `helm install` of charts/tunnel-gateway with those as values: [`Method`]). Used by the
-//! controller's `on_node` test and by `make conformance`.
+//! The install as deployed, on a cluster with the node agent: the Cloudflare double (API, edge and
+//! connector port) in this process on host loopback, a cluster whose node runs the controller's
+//! Deployment and the shared plane's Pods from the built binaries (or from the project's images:
+//! [`Binaries::from_images`]), and the operator's part of the install (the namespace, the two
+//! Secrets, then either `kubectl apply -k deploy/tunnel-gateway` with the controller pointed at the
+//! double and the GatewayClassConfig, or `helm install` of charts/tunnel-gateway with those as
+//! values: [`Method`]). Used by the controller's `on_node` test and by `make conformance`.
 //!
 //! The node's private network namespace sees the double's API and connector port at
 //! [`NODE_ADDR`] under the names [`API_HOST`] and [`EDGE_HOST`] (every Pod's `/etc/hosts`); the

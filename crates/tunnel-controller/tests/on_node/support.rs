@@ -1,8 +1,8 @@
 //! What every test of this binary starts from: the Cloudflare double (API, edge and connector
 //! port on host loopback), a harness cluster with the node agent running the controller and the
 //! proxy from their images (`make images-test`: unpacked, chrooted, as the non-root user; other
-//! tags of them and the connector map to the built binaries), the double exposed inside the node's private network namespace, and the
-//! operator's part of the install done (namespace, Secrets, `kubectl apply -k
+//! tags of them and the connector map to the built binaries), the double exposed inside the
+//! node's private network namespace, and the operator's part of the install done (namespace, Secrets, `kubectl apply -k
 //! deploy/tunnel-gateway`, the controller pointed at the double, the GatewayClassConfig; or
 //! `helm install` of the chart with those as values). Also the helpers the tests act and look
 //! with: kubectl, requests through the edge and traffic counted through a change, the
