@@ -36,6 +36,7 @@ UNIT_TESTS = [
     "cloudflare-double:binary",
     "cloudflare-double:edge",
     "cloudflare-double:raw_http",
+    "oci-image:layout",
     "resource-proxy:early_answers",
     "resource-proxy:fake_target",
     "resource-proxy:peer_health",
@@ -51,6 +52,9 @@ CLUSTER_TESTS = [
     "demo:demo",
     "demo:manifests",
     "kube-support:it",
+    # No cluster, but root (chroot) and the images `make images-test` builds, which `make test`
+    # does first.
+    "oci-image:images",
     "resource-proxy:e2e",
     "resource-proxy:on_node",
     "resource-proxy:owner_label_policy",
