@@ -9,7 +9,7 @@ DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunne
 # Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
 TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
-.PHONY: demo demo-check test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
+.PHONY: demo demo-check test images images-test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers), the client with the
 ## node agent, and both products installed from deploy/ as Pods on that node (the resource proxy
@@ -25,15 +25,30 @@ demo-check: control-plane
 	./target/debug/demo --state-dir $(STATE_DIR) --check
 
 ## test: everything (what CI runs): formatting, clippy, docs, cargo-deny, unused dependencies, then
-## unit, integration and e2e tests against real clusters, then a short run of every fuzz target.
-test: lint doc deny udeps control-plane
-	$(CARGO) test --workspace --locked
-	$(MAKE) --no-print-directory fuzz-smoke
+## unit, integration and e2e tests against real clusters, a short run of every fuzz target and the
+## Gateway API conformance suite. The test binaries run TEST_JOBS at a time (scripts/tests.py),
+## the fuzz smoke run and the conformance suite (its report in target/, not docs/) beside them;
+## the on-node tests run Pods from the images `images-test` builds first.
+TEST_JOBS ?= 3
+test: lint doc deny udeps control-plane images-test
+	CARGO=$(CARGO) python3 scripts/tests.py all --jobs $(TEST_JOBS) \
+		--also "fuzz-smoke=bash scripts/fuzz.sh smoke" \
+		--also "conformance=$(MAKE) --no-print-directory conformance CONFORMANCE_REPORT=target/conformance/report.yaml"
+
+## images: the images tunnel-gateway-controller, tunnel-proxy and resource-proxy from static (musl)
+## release binaries into target/images/ (an OCI layout, a .tar archive and an SPDX SBOM each);
+## reproducible. images-test: the same from an unoptimised build into target/images/test/, for the
+## tests (the node agent runs Pods from them). See docs/development.md, "Images".
+images:
+	CARGO=$(CARGO) bash scripts/build-images.sh
+
+images-test:
+	CARGO=$(CARGO) PROFILE=image-test IMAGES_OUT=target/images/test bash scripts/build-images.sh
 
 ## unit: every test that needs no cluster (unit and doc tests of all crates, and the integration
-## test binaries scripts/unit-tests.py lists as cluster-free). `make unit ARGS=name` filters.
+## test binaries scripts/tests.py lists as cluster-free). `make unit ARGS=name` filters.
 unit:
-	CARGO=$(CARGO) python3 scripts/unit-tests.py -- $(ARGS)
+	CARGO=$(CARGO) python3 scripts/tests.py unit -- $(ARGS)
 
 lint:
 	$(CARGO) fmt --all --check
@@ -95,15 +110,17 @@ bench-resource-proxy: control-plane
 ## conformance: the Gateway API conformance suite (conformance/, built by
 ## scripts/build-conformance.sh) against the tunnel gateway installed from deploy/ on a cluster with
 ## the node agent; writes docs/conformance/report.yaml and fails when a test listed in
-## docs/conformance/expected-passes.txt does not pass. Slow, so not part of `make test` (see
+## docs/conformance/expected-passes.txt does not pass. `make test` runs it too (see
 ## docs/conformance/README.md). `make conformance CONFORMANCE_ARGS="--run-test NAME"` runs one test;
 ## `make conformance-update` rewrites the expected passes from a run.
 CONFORMANCE_PACKAGES := -p tunnel-controller -p tunnel-proxy -p cloudflare-double -p conformance-run
+CONFORMANCE_REPORT ?= docs/conformance/report.yaml
 CONFORMANCE_RUN = ./target/debug/conformance --suite "$$(bash scripts/build-conformance.sh)" \
-	--report docs/conformance/report.yaml --expected docs/conformance/expected-passes.txt \
+	--report $(CONFORMANCE_REPORT) --expected docs/conformance/expected-passes.txt \
 	--skip conformance/skip-tests.txt
 conformance: control-plane
 	$(CARGO) build --quiet $(CONFORMANCE_PACKAGES) --bins
+	mkdir -p $(dir $(CONFORMANCE_REPORT))
 	$(CONFORMANCE_RUN) $(CONFORMANCE_ARGS)
 
 conformance-update: control-plane

@@ -139,6 +139,7 @@ fn the_tunnel_gateway_defaults_render_the_install_and_nothing_opt_in() {
         [
             "ClusterRole/tunnel-gateway-controller",
             "ClusterRoleBinding/tunnel-gateway-controller",
+            "CustomResourceDefinition/accesspolicies.cf.k8s.lex.la",
             "CustomResourceDefinition/gatewayclassconfigs.cf.k8s.lex.la",
             "CustomResourceDefinition/gatewayconfigs.cf.k8s.lex.la",
             "Deployment/tunnel-gateway-controller",

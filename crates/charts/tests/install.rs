@@ -322,6 +322,7 @@ async fn the_tunnel_gateway_chart_installs_into_a_restricted_namespace_and_unins
     assert!(left.is_empty(), "left after helm uninstall: {left:?}");
     // Helm's convention for crds/: installed once, never upgraded or deleted.
     for crd in [
+        "accesspolicies.cf.k8s.lex.la",
         "gatewayclassconfigs.cf.k8s.lex.la",
         "gatewayconfigs.cf.k8s.lex.la",
     ] {

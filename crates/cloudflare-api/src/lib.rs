@@ -10,7 +10,10 @@
 //! - `GET /accounts/{id}/cfd_tunnel/{id}` and `.../token` (claim verification, TG-8);
 //! - `GET /zones` and `GET|POST|PATCH|DELETE /zones/{id}/dns_records[/{id}]` (the opt-in DNS
 //!   records: [`Client::list_zones`], [`Client::list_dns_records`], [`Client::create_dns_record`],
-//!   [`Client::update_dns_record`], [`Client::delete_dns_record`]).
+//!   [`Client::update_dns_record`], [`Client::delete_dns_record`]);
+//! - `GET|POST /accounts/{id}/access/apps`, `PUT|DELETE /accounts/{id}/access/apps/{id}` (Access
+//!   applications with inline policies: [`Client::list_access_apps`],
+//!   [`Client::create_access_app`], [`Client::update_access_app`], [`Client::delete_access_app`]).
 //!
 //! Every failure is an [`Error`] whose [`Error::kind`] is a metric label; [`retry()`] retries the
 //! retryable kinds with `Retry-After` honoured. Calls are reported to a [`CallObserver`], such as
@@ -43,14 +46,15 @@ mod token;
 mod types;
 
 pub use client::{
-    ACCOUNTS_PER_PAGE, Client, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_TIMEOUT,
-    DNS_RECORDS_PER_PAGE, ZONES_PER_PAGE,
+    ACCESS_APPS_PER_PAGE, ACCOUNTS_PER_PAGE, Client, ClientBuilder, DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT, DNS_RECORDS_PER_PAGE, ZONES_PER_PAGE,
 };
 pub use error::{AUTH_ERROR_CODES, ApiMessage, BuildError, Error, ErrorKind};
 pub use observe::{ApiMetrics, CallObserver, CallRecord, Resource};
 pub use retry::{RetryPolicy, retry};
 pub use token::{ConnectorToken, TokenError, is_account_id, is_uuid, secrets_equal};
 pub use types::{
-    Account, CATCH_ALL_SERVICE, DnsRecord, Envelope, IngressRule, NewDnsRecord, RecordFilter,
-    ResultInfo, TokenVerification, Tunnel, TunnelConfig, TunnelConfiguration, Zone,
+    AccessApp, AccessAppPolicy, AccessDestination, AccessPolicyRule, Account, CATCH_ALL_SERVICE,
+    DnsRecord, Envelope, IngressRule, NewAccessApp, NewDnsRecord, RecordFilter, ResultInfo,
+    TokenVerification, Tunnel, TunnelConfig, TunnelConfiguration, Zone,
 };

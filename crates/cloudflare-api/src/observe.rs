@@ -31,6 +31,8 @@ pub enum Resource {
     Zones,
     /// `GET|POST|PATCH|DELETE /zones/{id}/dns_records[/{id}]`.
     DnsRecords,
+    /// `GET|POST|PUT|DELETE /accounts/{id}/access/apps[/{id}]`.
+    AccessApps,
 }
 
 impl Resource {
@@ -44,6 +46,7 @@ impl Resource {
             Resource::TunnelConfigurations => "tunnel_configurations",
             Resource::Zones => "zones",
             Resource::DnsRecords => "dns_records",
+            Resource::AccessApps => "access_apps",
         }
     }
 }

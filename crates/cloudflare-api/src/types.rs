@@ -257,6 +257,128 @@ pub struct RecordFilter {
     pub kind: Option<String>,
 }
 
+/// An Access application (doc:
+/// <https://developers.cloudflare.com/api/resources/zero_trust/subresources/access/subresources/applications/methods/list/>:
+/// `{id, uid, type, name, domain, destinations[{type, uri}], session_duration, policies[], aud,
+/// created_at, updated_at, ...}`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct AccessApp {
+    /// The application's UUID.
+    pub id: String,
+    /// The friendly name.
+    #[serde(default)]
+    pub name: String,
+    /// `self_hosted`, `saas`, `ssh`, ...
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The primary domain (`host` or `host/path`).
+    #[serde(default)]
+    pub domain: String,
+    /// The public destinations it covers (the primary domain among them).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub destinations: Vec<AccessDestination>,
+    /// How long a login lasts (`24h`).
+    #[serde(default)]
+    pub session_duration: Option<String>,
+    /// Its policies, in precedence order.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub policies: Vec<AccessAppPolicy>,
+    /// Other fields (aud, created_at, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl AccessApp {
+    /// The URIs it covers: its public destinations, or its domain when it lists none.
+    pub fn uris(&self) -> Vec<String> {
+        let uris: Vec<String> = self
+            .destinations
+            .iter()
+            .filter(|d| d.kind.is_empty() || d.kind == "public")
+            .map(|d| d.uri.clone())
+            .collect();
+        if uris.is_empty() && !self.domain.is_empty() {
+            return vec![self.domain.clone()];
+        }
+        uris
+    }
+}
+
+/// One destination of an Access application.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct AccessDestination {
+    /// `public` (a hostname with an optional path) or `private`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// `host` or `host/path`, no scheme.
+    #[serde(default)]
+    pub uri: String,
+}
+
+impl AccessDestination {
+    /// A public destination.
+    pub fn public(uri: impl Into<String>) -> Self {
+        AccessDestination {
+            kind: "public".into(),
+            uri: uri.into(),
+        }
+    }
+}
+
+/// A policy of an Access application as the API returns it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct AccessAppPolicy {
+    /// Its UUID.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The rule set.
+    #[serde(flatten)]
+    pub rule: AccessPolicyRule,
+}
+
+/// An Access policy's content: decision and rules, each rule one object such as
+/// `{"email": {"email": "a@example.com"}}` (doc: `.../access/subresources/policies/`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct AccessPolicyRule {
+    /// The policy's name.
+    #[serde(default)]
+    pub name: String,
+    /// `allow`, `deny`, `non_identity` (service auth) or `bypass`.
+    #[serde(default)]
+    pub decision: String,
+    /// A request must match one of these.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub include: Vec<Value>,
+    /// A request matching one of these is not admitted by this policy.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub exclude: Vec<Value>,
+    /// A request must match all of these.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub require: Vec<Value>,
+    /// 1 is evaluated first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precedence: Option<u32>,
+}
+
+/// The body of an Access application create or update (PUT replaces the application).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NewAccessApp {
+    /// The friendly name.
+    pub name: String,
+    /// `self_hosted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The primary domain (the first destination).
+    pub domain: String,
+    /// Every destination.
+    pub destinations: Vec<AccessDestination>,
+    /// How long a login lasts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_duration: Option<String>,
+    /// Policies created with the application, in precedence order.
+    pub policies: Vec<AccessPolicyRule>,
+}
+
 /// The body of `PUT .../configurations`.
 #[derive(Debug, Serialize)]
 pub(crate) struct PutConfigurationBody<'a> {

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cloudflare_api::{
-    ApiMetrics, CallObserver, CallRecord, Client, ConnectorToken, Error, ErrorKind, IngressRule,
-    Resource, RetryPolicy, TunnelConfig, retry,
+    AccessDestination, AccessPolicyRule, ApiMetrics, CallObserver, CallRecord, Client,
+    ConnectorToken, Error, ErrorKind, IngressRule, NewAccessApp, Resource, RetryPolicy,
+    TunnelConfig, retry,
 };
 use cloudflare_double::{CloudflareDouble, Fault, FaultRule, TokenScope, TunnelInfo};
 use serde_json::json;
@@ -806,4 +807,125 @@ async fn dns_permissions_are_enforced_per_zone() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
     assert!(w.double.dns_records()["other.example"].is_empty());
+}
+
+fn access_app(name: &str, uris: &[&str], emails: &[&str]) -> NewAccessApp {
+    NewAccessApp {
+        name: name.into(),
+        kind: "self_hosted".into(),
+        domain: uris[0].into(),
+        destinations: uris.iter().map(|u| AccessDestination::public(*u)).collect(),
+        session_duration: Some("12h".into()),
+        policies: vec![AccessPolicyRule {
+            name: "people".into(),
+            decision: "allow".into(),
+            include: emails
+                .iter()
+                .map(|e| json!({"email": {"email": e}}))
+                .collect(),
+            exclude: vec![],
+            require: vec![],
+            precedence: Some(1),
+        }],
+    }
+}
+
+#[tokio::test]
+async fn access_apps_lifecycle_conflicts_validation_and_account_scope() {
+    let w = world().await;
+    let c = client(&w, TOKEN_A);
+    let a = &w.account_a;
+
+    let app = c
+        .create_access_app(
+            a,
+            &access_app(
+                "one",
+                &["a.example.com", "b.example.com/api"],
+                &["x@example.com"],
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.kind, "self_hosted");
+    assert_eq!(app.uris(), vec!["a.example.com", "b.example.com/api"]);
+    assert_eq!(app.session_duration.as_deref(), Some("12h"));
+    assert_eq!(app.policies.len(), 1);
+    assert!(app.policies[0].id.is_some());
+    assert_eq!(
+        app.policies[0].rule.include,
+        vec![json!({"email": {"email": "x@example.com"}})]
+    );
+
+    // A destination belongs to one application: refused with the conflict message.
+    let err = c
+        .create_access_app(
+            a,
+            &access_app("two", &["b.example.com/api"], &["y@example.com"]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    assert!(
+        err.to_string()
+            .contains("destination belongs to another application"),
+        "{err}"
+    );
+    // Another path of the same host is another destination.
+    let other = c
+        .create_access_app(
+            a,
+            &access_app("two", &["b.example.com/web"], &["y@example.com"]),
+        )
+        .await
+        .unwrap();
+
+    // Bad input is refused, naming what is wrong.
+    let mut bad = access_app("bad", &["c.example.com"], &["z@example.com"]);
+    bad.session_duration = Some("1 day".into());
+    let err = c.create_access_app(a, &bad).await.unwrap_err();
+    assert!(err.to_string().contains("session_duration"), "{err}");
+    let bad = access_app("bad", &["c.example.com"], &[]);
+    let err = c.create_access_app(a, &bad).await.unwrap_err();
+    assert!(err.to_string().contains("include"), "{err}");
+    let bad = access_app("bad", &["https://c.example.com"], &["z@example.com"]);
+    assert!(c.create_access_app(a, &bad).await.is_err());
+
+    // PUT replaces destinations and policies; the ID stays.
+    let updated = c
+        .update_access_app(
+            a,
+            &app.id,
+            &access_app(
+                "one",
+                &["a.example.com"],
+                &["x@example.com", "q@example.com"],
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.id, app.id);
+    assert_eq!(updated.uris(), vec!["a.example.com"]);
+    assert_eq!(updated.policies[0].rule.include.len(), 2);
+
+    let listed = c.list_access_apps(a).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        vec![app.id.as_str(), other.id.as_str()]
+    );
+    // Another account's token neither sees nor changes them.
+    let cb = client(&w, TOKEN_B);
+    assert_eq!(cb.list_access_apps(&w.account_b).await.unwrap(), vec![]);
+    let err = cb.delete_access_app(a, &app.id).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    let err = cb
+        .delete_access_app(&w.account_b, &app.id)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+    c.delete_access_app(a, &app.id).await.unwrap();
+    let err = c.delete_access_app(a, &app.id).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(w.double.access_apps().len(), 1);
 }

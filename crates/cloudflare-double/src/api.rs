@@ -6,9 +6,9 @@
 
 use serde_json::{Value, json};
 
-use crate::dns;
 use crate::state::{Fault, TokenScope, TunnelRec, World, is_account_id, is_uuid, now_rfc3339};
 use crate::validate::{CODE_BAD_CONFIGURATION, validate_config};
+use crate::{access, dns};
 
 /// Default `per_page` of `GET /accounts` (UNCONFIRMED: the legacy api.cloudflare.com docs said
 /// 20, minimum 5, maximum 50; the current page lists the parameters without bounds).
@@ -128,6 +128,14 @@ pub(crate) fn handle(
             Route::DeleteRecord(z, r)
         }
         ("GET", ["accounts", a, "tokens", "verify"]) if is_account_id(a) => Route::VerifyAccount(a),
+        (m, ["accounts", a, "access", "apps", rest @ ..]) if is_account_id(a) => match (m, rest) {
+            ("GET", []) => Route::ListApps(a),
+            ("POST", []) => Route::CreateApp(a),
+            ("GET", [id]) if is_uuid(id) => Route::GetApp(a, id),
+            ("PUT", [id]) if is_uuid(id) => Route::PutApp(a, id),
+            ("DELETE", [id]) if is_uuid(id) => Route::DeleteApp(a, id),
+            _ => return no_route(full_path),
+        },
         (m, ["accounts", a, "cfd_tunnel", t, rest @ ..]) if is_account_id(a) && is_uuid(t) => {
             match (m, rest) {
                 ("GET", []) => Route::Tunnel(a, t),
@@ -203,6 +211,20 @@ pub(crate) fn handle(
         Route::CreateRecord(z) => dns::create_record(world, &scope, grant, z, body, full_path),
         Route::PatchRecord(z, r) => dns::patch_record(world, &scope, grant, z, r, body, full_path),
         Route::DeleteRecord(z, r) => dns::delete_record(world, &scope, grant, z, r, full_path),
+        Route::ListApps(a) => access::list(world, &a.to_ascii_lowercase(), query),
+        Route::CreateApp(a) => access::create(world, &a.to_ascii_lowercase(), body),
+        Route::GetApp(a, id) => {
+            access::get(world, &a.to_ascii_lowercase(), &id.to_ascii_lowercase())
+        }
+        Route::PutApp(a, id) => access::update(
+            world,
+            &a.to_ascii_lowercase(),
+            &id.to_ascii_lowercase(),
+            body,
+        ),
+        Route::DeleteApp(a, id) => {
+            access::delete(world, &a.to_ascii_lowercase(), &id.to_ascii_lowercase())
+        }
     }
 }
 
@@ -219,6 +241,11 @@ enum Route<'a> {
     CreateRecord(&'a str),
     PatchRecord(&'a str, &'a str),
     DeleteRecord(&'a str, &'a str),
+    ListApps(&'a str),
+    CreateApp(&'a str),
+    GetApp(&'a str, &'a str),
+    PutApp(&'a str, &'a str),
+    DeleteApp(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -236,7 +263,12 @@ impl<'a> Route<'a> {
             | Route::Tunnel(a, _)
             | Route::TunnelToken(a, _)
             | Route::GetConfig(a, _)
-            | Route::PutConfig(a, _) => Some(a),
+            | Route::PutConfig(a, _)
+            | Route::ListApps(a)
+            | Route::CreateApp(a)
+            | Route::GetApp(a, _)
+            | Route::PutApp(a, _)
+            | Route::DeleteApp(a, _) => Some(a),
         }
     }
 }

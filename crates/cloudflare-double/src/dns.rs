@@ -131,7 +131,7 @@ fn record_json(z: &ZoneRec, r: &RecordRec) -> Value {
     })
 }
 
-fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     query
         .unwrap_or("")
         .split('&')

@@ -13,6 +13,7 @@
 //! | `GET\|PUT /accounts/{id}/cfd_tunnel/{id}/configurations` | the ingress document, validated, versioned |
 //! | `GET /zones` | zones the token has a DNS permission on, paged |
 //! | `GET\|POST /zones/{id}/dns_records`, `PATCH\|DELETE /zones/{id}/dns_records/{id}` | DNS records: validation, same-name conflicts, DNS Read/Edit permission ([`dns`]) |
+//! | `GET\|POST /accounts/{id}/access/apps`, `GET\|PUT\|DELETE /accounts/{id}/access/apps/{id}` | Access applications with inline policies: validation, one application per destination ([`access`]) |
 //!
 //! with the documented envelope, Bearer authentication, per-account scoping, and the validation
 //! cloudflared applies. Each behaviour and its source (documentation page, or a real response
@@ -43,6 +44,7 @@
 //! # Ok(()) }
 //! ```
 
+mod access;
 mod admin;
 pub mod api;
 pub mod connector;
@@ -62,6 +64,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use access::AccessAppRec;
 pub use dns::{DnsGrant, RecordRec};
 pub use seed::{Seed, SeedAccount, SeedError, SeedToken, SeedTunnel, SeedZone};
 pub use server::{ADMIN_PREFIX, BASE_PATH};
@@ -241,6 +244,24 @@ impl CloudflareDouble {
     /// Every DNS record, by zone name.
     pub fn dns_records(&self) -> std::collections::BTreeMap<String, Vec<RecordRec>> {
         lock(&self.world).records()
+    }
+
+    /// Adds an Access application covering `uri`, as if made in the dashboard (the API's
+    /// validation and destination conflicts apply).
+    pub fn add_access_app(
+        &self,
+        account_id: &str,
+        name: &str,
+        uri: &str,
+    ) -> Result<AccessAppRec, ControlError> {
+        lock(&self.world).add_access_app(account_id, name, uri)
+    }
+
+    /// Every Access application, oldest first.
+    pub fn access_apps(&self) -> Vec<AccessAppRec> {
+        let mut apps: Vec<AccessAppRec> = lock(&self.world).access_apps.values().cloned().collect();
+        apps.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        apps
     }
 
     /// The tunnel's connector token.

@@ -222,6 +222,8 @@ pub(crate) struct World {
     pub calls: Vec<Call>,
     /// Zones by ID.
     pub zones: BTreeMap<String, ZoneRec>,
+    /// Access applications by ID.
+    pub access_apps: BTreeMap<String, crate::access::AccessAppRec>,
 }
 
 pub(crate) fn is_account_id(s: &str) -> bool {
@@ -245,7 +247,7 @@ pub(crate) fn random_hex32() -> String {
     hex(&rand::random::<[u8; 16]>())
 }
 
-fn random_uuid() -> String {
+pub(crate) fn random_uuid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;

@@ -220,6 +220,10 @@ spec:
         format!("-gateway-class={SUITE_CLASS}"),
         format!("-report-output={}", report.display()),
         format!("-version={}", cli.version),
+        // GatewayStaticAddresses: a Gateway's one usable address is its tunnel's hostname; any
+        // other hostname (here one of no tunnel) is not usable.
+        format!("-usable-address={tunnel}.cfargotunnel.com"),
+        "-unusable-address=not-a-tunnel.cfargotunnel.com".to_owned(),
     ];
     if !skip.is_empty() {
         args.push(format!("-skip-tests={}", skip.join(",")));

@@ -32,6 +32,7 @@ use resource_proxy::wiring;
 #[derive(Parser)]
 #[command(
     name = "resource-proxy",
+    version,
     about = "Serves custom resources of a client cluster from a target cluster"
 )]
 struct Cli {

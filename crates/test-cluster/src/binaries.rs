@@ -5,6 +5,7 @@
 //!
 //! [`echo_basic`] does the same for the Gateway API conformance backend
 //! (`scripts/build-echo-basic.sh`; `KT_ECHO_BASIC` names an existing binary instead).
+//! [`test_images`] finds the project's images `make images-test` built.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -79,6 +80,23 @@ impl Binaries {
 pub fn echo_basic() -> Result<PathBuf, Error> {
     static FOUND: OnceLock<Result<PathBuf, Arc<Error>>> = OnceLock::new();
     built(&FOUND, "KT_ECHO_BASIC", "build-echo-basic.sh")
+}
+
+/// The directory of OCI image layouts `make images-test` writes (`target/images/test`, or what
+/// `KT_TEST_IMAGES` names), for [`NodeSpec::image_store`](crate::node::NodeSpec::image_store).
+/// Not built here (a cargo build inside a test would wait on the test's own build lock).
+pub fn test_images() -> Result<PathBuf, Error> {
+    let dir = std::env::var_os("KT_TEST_IMAGES")
+        .map_or_else(|| repo_root().join("target/images/test"), PathBuf::from);
+    let layout = dir.join("tunnel-proxy").join("index.json");
+    if layout.is_file() {
+        Ok(dir)
+    } else {
+        Err(Error::Image(format!(
+            "{} is missing: build the test images first (`make images-test`)",
+            layout.display()
+        )))
+    }
 }
 
 /// `helm` (v3), built from the Go module proxy (once per process) and cached by version when

@@ -92,22 +92,33 @@ fn tests_root() -> PathBuf {
     std::env::temp_dir().join("kube-tenancy-tests")
 }
 
-/// Removes the state of shared control planes whose test binary has exited.
-fn prune_dead_shared_state() {
-    let Ok(entries) = std::fs::read_dir(tests_root()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix("shared-")
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(entry.path());
+/// Removes the state left by test processes that have exited. A shared control plane is never
+/// dropped, nor is one a test leaks to get a `'static` borrow, so their state directories would
+/// stay behind: both are named after their process (`shared-<pid>`, `cp-<pid>-<random>`) and
+/// removed by the first control plane of a later process, once that process is gone.
+fn prune_dead_state() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(tests_root()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("shared-")
+                .or_else(|| {
+                    name.strip_prefix("cp-")
+                        .and_then(|rest| rest.split('-').next())
+                })
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && pid != std::process::id()
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
         }
-    }
+    });
 }
 
 enum StateDir {
@@ -119,8 +130,9 @@ impl StateDir {
     fn temporary() -> Result<Self, Error> {
         let root = tests_root();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+        prune_dead_state();
         tempfile::Builder::new()
-            .prefix("cp-")
+            .prefix(&format!("cp-{}-", std::process::id()))
             .tempdir_in(&root)
             .map(StateDir::Temporary)
             .map_err(|e| Error::io(&root, e))
@@ -239,7 +251,7 @@ pub fn shared(spec: fn() -> ControlPlaneBuilder) -> &'static ControlPlane {
                     // A shared control plane is never dropped (its processes die with the test
                     // binary), so its state directory is named after the process and removed by
                     // a later run once that process is gone.
-                    prune_dead_shared_state();
+                    prune_dead_state();
                     let dir = tests_root().join(format!("shared-{}", std::process::id()));
                     spec().state_dir(dir).start().await
                 })

@@ -34,7 +34,7 @@ pub mod prometheus_operator;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use binaries::{Binaries, echo_basic, helm, repo_root};
+pub use binaries::{Binaries, echo_basic, helm, repo_root, test_images};
 pub use cluster::{Cluster, ClusterSpec};
 pub use control_plane::{ControlPlane, ControlPlaneBuilder, LogsOnFailure, shared, unique_name};
 pub use process::{ManagedProcess, free_port, tail_file};
@@ -73,6 +73,8 @@ pub enum Error {
     Once(std::sync::Arc<Error>),
     #[error("certificate generation: {0}")]
     Pki(String),
+    #[error("the node's image store: {0}")]
+    Image(String),
     #[error("no free port found on 127.0.0.1")]
     NoFreePort,
     #[error("port {0} on 127.0.0.1 is already in use")]

@@ -294,10 +294,25 @@ impl PodNetwork {
     pub(crate) fn spawn_piped(
         &self,
         name: &str,
-        mut cmd: Command,
+        cmd: Command,
         log_path: &Path,
     ) -> Result<ManagedProcess, Error> {
+        self.spawn_piped_as(name, cmd, log_path, None)
+    }
+
+    /// [`Self::spawn_piped`] as the user `(uid, gid)` (no supplementary groups), switched to
+    /// after every privileged step the caller or this namespace needs.
+    pub(crate) fn spawn_piped_as(
+        &self,
+        name: &str,
+        mut cmd: Command,
+        log_path: &Path,
+        user: Option<(u32, u32)>,
+    ) -> Result<ManagedProcess, Error> {
         self.enter(&mut cmd);
+        if let Some((uid, gid)) = user {
+            become_before_exec(&mut cmd, uid, gid);
+        }
         ManagedProcess::spawn_command_piped(name, cmd, log_path)
     }
 }
@@ -346,6 +361,22 @@ fn enter_before_exec(cmd: &mut Command, ns: i32) {
         cmd.pre_exec(move || {
             setns(BorrowedFd::borrow_raw(ns), CloneFlags::CLONE_NEWNET)
                 .map_err(std::io::Error::from)
+        });
+    }
+}
+
+#[allow(unsafe_code)]
+fn become_before_exec(cmd: &mut Command, uid: u32, gid: u32) {
+    use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
+    // SAFETY: the closure runs in the forked child before exec and only calls setgroups(2),
+    // setgid(2) and setuid(2); it allocates nothing. std's own `uid`/`gid` would switch before
+    // the earlier `pre_exec` steps (mount namespace, chroot, setns), which need root.
+    unsafe {
+        cmd.pre_exec(move || {
+            let gid = Gid::from_raw(gid);
+            setgroups(&[gid])?;
+            setgid(gid)?;
+            setuid(Uid::from_raw(uid)).map_err(std::io::Error::from)
         });
     }
 }

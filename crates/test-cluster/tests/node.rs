@@ -1,8 +1,9 @@
 //! The node agent against a real kube-apiserver: a Node with its Lease, Pods bound and run as
 //! processes in their own network namespaces, their status, image and restart failures, and
-//! graceful deletion.
+//! graceful deletion; a Pod from one of the project's images (`make images-test`).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,11 +18,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const SERVER: &str = env!("CARGO_BIN_EXE_kt-test-server");
 const NODE: &str = "kt-node";
 
+/// The name a Pod from an image resolves (through its `/etc/hosts`, as every Pod here).
+const CONNECTOR_SERVICE: &str = "connector.kt-images.svc.cluster.local";
+
 fn spec() -> ControlPlaneBuilder {
+    let mut node = NodeSpec::new(NODE);
+    // Only the image test needs them; it says how to build them when they are missing.
+    if let Ok(images) = test_cluster::test_images() {
+        node = node.image_store(images);
+    }
     ControlPlane::builder().cluster(
         ClusterSpec::new("node").controller_manager().node(
-            NodeSpec::new(NODE)
-                .image("kt-test-server", SERVER)
+            node.image("kt-test-server", SERVER)
                 .image("shell", "/bin/sh")
                 .image(
                     "registry.k8s.io/kubectl:v1.36.0",
@@ -30,6 +38,10 @@ fn spec() -> ControlPlaneBuilder {
                 .image("echo-basic", test_cluster::echo_basic().unwrap())
                 .host(
                     "kt-hosts.test",
+                    std::net::Ipv4Addr::new(10, 244, 0, 1).into(),
+                )
+                .host(
+                    CONNECTOR_SERVICE,
                     std::net::Ipv4Addr::new(10, 244, 0, 1).into(),
                 ),
         ),
@@ -2326,4 +2338,136 @@ async fn a_changed_config_map_reaches_a_running_pod() {
     pods.delete("watcher", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// tunnel-proxy from its image: unpacked, chrooted, run as the image's user 65532 with the
+/// Pod's env, args and a Secret volume (its config API takes the token from it); it resolves a
+/// Service name through the `/etc/hosts` the node writes into the image's root (its `/readyz`
+/// waits for the connector URL it names, here a host-network kt-test-server), so the Pod
+/// becomes Ready only if the name resolves inside the image.
+#[tokio::test]
+async fn a_pod_from_an_image_runs_as_its_user_and_resolves_a_service_name() {
+    test_cluster::test_images().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = cp().cluster("node");
+    let client = cluster.client().await.unwrap();
+    let ns = namespace(&client, "image").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create::<k8s_openapi::api::core::v1::Secret>(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "proxy"},
+               "stringData": {"token": "image-test-token"}}),
+    )
+    .await;
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "connector"},
+            "spec": {
+                "hostNetwork": true,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": "kt-test-server",
+                                "env": [{"name": "PORT", "value": "18091"}]}],
+            },
+        }),
+    )
+    .await;
+    create_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "proxy"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "token", "secret": {"secretName": "proxy"}}],
+                "containers": [{
+                    "name": "proxy",
+                    "image": "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0",
+                    "args": ["--grace-period", "0s", "--log-format", "text"],
+                    "env": [
+                        {"name": "TUNNEL_TOKEN", "value": "present"},
+                        {"name": "TUNNEL_PROXY_CONNECTOR_READY_URL",
+                         "value": format!("http://{CONNECTOR_SERVICE}:18091/ready")},
+                        {"name": "PROXY_AUTH_TOKEN_FILE", "value": "/var/run/proxy/token"},
+                    ],
+                    "volumeMounts": [{"name": "token", "mountPath": "/var/run/proxy"}],
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    let running = wait_pod(&pods, "proxy", Duration::from_secs(60), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    // Ready once a config is loaded (and the connector answers): pushed with the token from the
+    // Secret volume, which the process read inside the image.
+    let ip = status_json(&running)["podIP"].as_str().unwrap().to_owned();
+    let admin: SocketAddr = format!("{ip}:8081").parse().unwrap();
+    let put = |token: &'static str| async move {
+        let world = cp().cluster("node").node().unwrap().world();
+        let mut stream = world.connect(admin).await?;
+        let body = r#"{"version": 1, "routes": []}"#;
+        let head = format!(
+            "PUT /config HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        match put("image-test-token").await {
+            Ok(answer) => break answer,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{admin}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let refused = put("another-token").await.unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    wait_pod(&pods, "proxy", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    })
+    .await;
+    // Ready means `/readyz` got 200 from the connector URL: only kt-test-server listens there,
+    // and the proxy found it by name.
+    let node = cluster.node().unwrap();
+
+    // The process: chrooted in the Pod's copy of the image, as 65532:65532.
+    let log = node.container_log_path(&ns, "proxy", "proxy");
+    let root = log.parent().unwrap().join("rootfs").join("proxy");
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == root))
+        .unwrap_or_else(|| panic!("no process runs in {}", root.display()));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ids = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>())
+            .unwrap()
+    };
+    assert_eq!(ids("Uid:"), ["65532"; 4], "{status}");
+    assert_eq!(ids("Gid:"), ["65532"; 4], "{status}");
+    assert_eq!(ids("Groups:"), ["65532"], "{status}");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(exe, root.join("usr/local/bin/tunnel-proxy"));
+    // Nothing of the Pod was mounted on the host or written into the store's copy.
+    assert!(!Path::new("/var/run/proxy").exists());
+
+    for name in ["proxy", "connector"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("proxy").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "not deleted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!root.exists(), "the Pod's root is removed with it");
 }

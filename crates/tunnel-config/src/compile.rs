@@ -229,6 +229,52 @@ pub struct Mirror<U> {
 
 // === compilation ===
 
+/// A route's `excludedHostnames`, one list per entry of `hostnames` (one for any host when it
+/// is empty). Each key must name an entry, and each excluded pattern must lie inside it.
+fn excluded_hostnames(
+    at: &str,
+    hostnames: &[HostPattern],
+    excluded: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<Vec<Vec<HostPattern>>, CompileError> {
+    let keys: Vec<HostPattern> = if hostnames.is_empty() {
+        vec![HostPattern::Any]
+    } else {
+        hostnames.to_vec()
+    };
+    for key in excluded.keys() {
+        let known = if key == "*" {
+            hostnames.is_empty()
+        } else {
+            HostPattern::parse(key).is_ok_and(|k| keys.contains(&k))
+        };
+        if !known {
+            return Err(err(
+                format!("{at}.excludedHostnames[{key}]"),
+                "is not one of the route's hostnames (`*` when it has none)",
+            ));
+        }
+    }
+    keys.iter()
+        .map(|key| {
+            let Some(list) = excluded.get(&key.label()) else {
+                return Ok(Vec::new());
+            };
+            list.iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let path = format!("{at}.excludedHostnames[{}][{i}]", key.label());
+                    let p = HostPattern::parse(h).map_err(|e| err(&path, e))?;
+                    if key.contains(&p) && &p != key {
+                        Ok(p)
+                    } else {
+                        Err(err(path, format!("does not lie inside {}", key.label())))
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Compiles a document; `build` makes its backends and hostname state.
 pub fn compile<B: Build>(
     config: &Config,
@@ -256,15 +302,16 @@ pub fn compile<B: Build>(
     let mut routes = Vec::with_capacity(config.routes.len());
     for (ri, route) in config.routes.iter().enumerate() {
         let at = format!("routes[{ri}]");
-        let (name, hostnames) = match route {
-            Route::Http(r) => (&r.name, &r.hostnames),
-            Route::Grpc(r) => (&r.name, &r.hostnames),
+        let (name, hostnames, excluded) = match route {
+            Route::Http(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
+            Route::Grpc(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
         };
         let hostnames = hostnames
             .iter()
             .enumerate()
             .map(|(i, h)| HostPattern::parse(h).map_err(|e| err(format!("{at}.hostnames[{i}]"), e)))
             .collect::<Result<Vec<_>, _>>()?;
+        let excluded = excluded_hostnames(&at, &hostnames, excluded)?;
         let labels: Vec<String> = if hostnames.is_empty() {
             vec![HostPattern::Any.label()]
         } else {
@@ -291,7 +338,11 @@ pub fn compile<B: Build>(
                 .map(|(i, rule)| ctx.grpc_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
                 .collect::<Result<Vec<_>, _>>()?,
         };
-        routes.push(RouteSpec { hostnames, rules });
+        routes.push(RouteSpec {
+            hostnames,
+            excluded,
+            rules,
+        });
     }
     Ok(RouteTable {
         version: config.version,

@@ -5,6 +5,8 @@
 //! Field names are camelCase; unknown fields are rejected so a typo in the controller fails
 //! loudly instead of silently dropping a match or a filter.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The whole document.
@@ -51,6 +53,11 @@ pub struct HttpRoute {
     /// Hostnames already intersected with the listeners'; empty = any host.
     #[serde(default)]
     pub hostnames: Vec<String>,
+    /// Listener isolation: hosts this route does not serve, keyed by the entry of `hostnames`
+    /// they fall under (`*` when `hostnames` is empty). They belong to a more specific listener
+    /// of the Gateway the route is attached through.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub excluded_hostnames: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub rules: Vec<HttpRule>,
 }
@@ -61,6 +68,9 @@ pub struct GrpcRoute {
     pub name: String,
     #[serde(default)]
     pub hostnames: Vec<String>,
+    /// As [`HttpRoute::excluded_hostnames`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub excluded_hostnames: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub rules: Vec<GrpcRule>,
 }

@@ -122,6 +122,18 @@ impl HostPattern {
         }
     }
 
+    /// Whether every host `other` matches, this one matches too.
+    pub fn contains(&self, other: &HostPattern) -> bool {
+        match (self, other) {
+            (Self::Any, _) => true,
+            (_, Self::Any) => false,
+            (Self::Exact(a), Self::Exact(b)) => a == b,
+            (Self::Exact(_), Self::Wildcard(_)) => false,
+            (Self::Wildcard(_), Self::Exact(h)) => self.matches(h),
+            (Self::Wildcard(a), Self::Wildcard(b)) => b.ends_with(a.as_str()),
+        }
+    }
+
     /// The pattern as written in the Gateway API (`*.example.com`), or `*` for any host.
     pub fn label(&self) -> String {
         match self {
@@ -416,6 +428,9 @@ pub struct RuleSpec<T> {
 pub struct RouteSpec<T> {
     /// Empty = any host.
     pub hostnames: Vec<HostPattern>,
+    /// Per entry of `hostnames` (one entry for any host when it is empty; missing = none): hosts
+    /// the route does not serve through it (listener isolation).
+    pub excluded: Vec<Vec<HostPattern>>,
     pub rules: Vec<RuleSpec<T>>,
 }
 
@@ -425,6 +440,8 @@ struct Candidate {
     order: (usize, usize, usize),
     rule: usize,
     matcher: usize,
+    /// Index into `Table::excluded`: hosts this candidate does not serve.
+    excluded: usize,
 }
 
 #[derive(Debug, Default)]
@@ -462,6 +479,8 @@ pub struct Table<T> {
     wildcards: Vec<(HostPattern, String, Bucket)>,
     any: Bucket,
     rules: Vec<T>,
+    /// Excluded host lists of candidates; the first is empty.
+    excluded: Vec<Vec<HostPattern>>,
     http_matchers: Vec<HttpMatcher>,
     grpc_matchers: Vec<GrpcMatcher>,
 }
@@ -475,6 +494,7 @@ impl<T> Table<T> {
             wildcards: Vec::new(),
             any: Bucket::default(),
             rules: Vec::new(),
+            excluded: vec![Vec::new()],
             http_matchers: Vec::new(),
             grpc_matchers: Vec::new(),
         };
@@ -484,6 +504,17 @@ impl<T> Table<T> {
             } else {
                 route.hostnames
             };
+            let mut excluded = route.excluded.into_iter();
+            let excluded: Vec<usize> = hostnames
+                .iter()
+                .map(|_| match excluded.next() {
+                    Some(list) if !list.is_empty() => {
+                        table.excluded.push(list);
+                        table.excluded.len() - 1
+                    }
+                    _ => 0,
+                })
+                .collect();
             for (rule_idx, rule) in route.rules.into_iter().enumerate() {
                 let rule_id = table.rules.len();
                 table.rules.push(rule.payload);
@@ -518,7 +549,7 @@ impl<T> Table<T> {
                             .collect()
                     }
                 };
-                for host in &hostnames {
+                for (host, &excluded) in hostnames.iter().zip(&excluded) {
                     let bucket = table.bucket_mut(host);
                     for (match_idx, &(grpc, matcher, precedence)) in entries.iter().enumerate() {
                         let c = Candidate {
@@ -526,6 +557,7 @@ impl<T> Table<T> {
                             order: (route_idx, rule_idx, match_idx),
                             rule: rule_id,
                             matcher,
+                            excluded,
                         };
                         if grpc {
                             bucket.grpc.push(c);
@@ -598,6 +630,11 @@ impl<T> Table<T> {
         self.lookup_bucket(&self.any, "*", req)
     }
 
+    /// Whether the candidate's route serves `host` (no listener isolation excludes it).
+    fn serves(&self, c: &Candidate, host: &str) -> bool {
+        !self.excluded[c.excluded].iter().any(|p| p.matches(host))
+    }
+
     fn lookup_bucket<'t>(
         &'t self,
         bucket: &'t Bucket,
@@ -608,7 +645,7 @@ impl<T> Table<T> {
             && let Some(c) = bucket
                 .grpc
                 .iter()
-                .find(|c| self.grpc_matchers[c.matcher].matches(req))
+                .find(|c| self.serves(c, req.host) && self.grpc_matchers[c.matcher].matches(req))
         {
             return Some(RouteMatch {
                 rule: &self.rules[c.rule],
@@ -618,7 +655,7 @@ impl<T> Table<T> {
         }
         bucket.http.iter().find_map(|c| {
             let m = &self.http_matchers[c.matcher];
-            m.matches(req).then(|| RouteMatch {
+            (self.serves(c, req.host) && m.matches(req)).then(|| RouteMatch {
                 rule: &self.rules[c.rule],
                 hostname,
                 matched_prefix: match &m.path {

@@ -1,6 +1,7 @@
 //! The `cf.k8s.lex.la/v1alpha1` resources (TG-1): GatewayClassConfig (cluster-scoped, the
-//! GatewayClass's parametersRef) and GatewayConfig (namespaced, a Gateway's
-//! `spec.infrastructure.parametersRef`). Validation lives in the schema (OpenAPI bounds and
+//! GatewayClass's parametersRef), GatewayConfig (namespaced, a Gateway's
+//! `spec.infrastructure.parametersRef`) and AccessPolicy (namespaced, a GEP-713 policy putting
+//! Cloudflare Access in front of HTTPRoutes and Gateways). Validation lives in the schema (OpenAPI bounds and
 //! patterns; CEL where a rule spans fields), so the API server refuses bad objects.
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -232,9 +233,205 @@ pub struct Autoscaling {
     pub metric_name: Option<String>,
 }
 
-/// The CRD manifests of both resources as one multi-document YAML (what the chart's `crds/` carries).
+/// Cloudflare Access in front of HTTPRoutes or Gateways of the policy's namespace (GEP-713
+/// policy attachment, see docs/tunnel-gateway.md, "Cloudflare Access"): the controller keeps
+/// one Access application covering the targets' hostnames (and a route's path prefixes), with
+/// `rules` as its policies.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cf.k8s.lex.la",
+    version = "v1alpha1",
+    kind = "AccessPolicy",
+    namespaced,
+    shortname = "cfaccess",
+    status = "AccessPolicyStatus",
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessPolicySpec {
+    /// HTTPRoutes or Gateways in the policy's namespace (there is deliberately no namespace
+    /// field). A route's `sectionName` names one of its rules, a Gateway's one of its
+    /// listeners.
+    #[schemars(length(min = 1, max = 16))]
+    pub target_refs: Vec<AccessTargetRef>,
+    /// How long a login lasts, as a Go duration (`30m`, `24h`); Cloudflare's default (24h) when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub session_duration: Option<String>,
+    /// The Access policies of the application, evaluated in this order.
+    #[schemars(length(min = 1, max = 16))]
+    pub rules: Vec<AccessRule>,
+}
+
+/// A GEP-713 `LocalPolicyTargetReferenceWithSectionName`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessTargetRef {
+    /// `gateway.networking.k8s.io`.
+    #[schemars(regex(pattern = r"^gateway\.networking\.k8s\.io$"))]
+    pub group: String,
+    pub kind: AccessTargetKind,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// A rule name of an HTTPRoute, a listener name of a Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub section_name: Option<String>,
+}
+
+/// What an AccessPolicy may target.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum AccessTargetKind {
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+    Gateway,
+}
+
+/// One Access policy: who matches (`include`, minus `exclude`, and all of `require`) gets the
+/// `decision`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessRule {
+    /// Shown in the Cloudflare dashboard; `rule-<n>` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub name: Option<String>,
+    pub decision: AccessDecision,
+    /// A request must match one of these (at least one subject).
+    pub include: AccessSubjects,
+    /// A request matching one of these does not match the rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<AccessSubjects>,
+    /// A request must match every one of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require: Option<AccessSubjects>,
+}
+
+/// Cloudflare Access decisions. `ServiceAuth` (Cloudflare's `non_identity`) is the decision
+/// for service tokens.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessDecision {
+    Allow,
+    Deny,
+    Bypass,
+    ServiceAuth,
+}
+
+/// Who a rule is about.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessSubjects {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(length(min = 3, max = 254), regex(pattern = r"^[^@\s]+@[^@\s]+$"))
+    )]
+    pub emails: Vec<String>,
+    /// `example.com`: every address of the domain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 253),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
+        )
+    )]
+    pub email_domains: Vec<String>,
+    /// Cloudflare Access group IDs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
+    pub access_groups: Vec<String>,
+    /// Groups of an identity provider configured in Cloudflare Zero Trust.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub idp_groups: Vec<IdpGroup>,
+    /// Service token IDs (rules with `decision: ServiceAuth` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 64)))]
+    pub service_tokens: Vec<String>,
+    /// Any service token of the account (rules with `decision: ServiceAuth` only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub any_valid_service_token: bool,
+    /// Everyone (with `Bypass`: the path is public).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub everyone: bool,
+}
+
+/// A group of an identity provider.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdpGroup {
+    pub provider: IdpProvider,
+    /// The identity provider's ID in Cloudflare Zero Trust.
+    #[serde(rename = "identityProviderID")]
+    #[schemars(length(min = 1, max = 64))]
+    pub identity_provider_id: String,
+    /// The group: its object ID (AzureAD), name (Okta, GitHubOrganization) or e-mail address
+    /// (GoogleWorkspace).
+    #[schemars(length(min = 1, max = 256))]
+    pub group: String,
+}
+
+/// Identity providers whose groups rules can name.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdpProvider {
+    #[serde(rename = "AzureAD")]
+    AzureAd,
+    Okta,
+    GoogleWorkspace,
+    GitHubOrganization,
+}
+
+/// Observed state of an AccessPolicy (GEP-713 `PolicyStatus`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessPolicyStatus {
+    /// Per Gateway a target attaches to (a target not found: the target itself), this
+    /// controller's `Accepted` and `Programmed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<AccessAncestorStatus>,
+}
+
+/// One `status.ancestors` entry.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessAncestorStatus {
+    pub ancestor_ref: AncestorRef,
+    pub controller_name: String,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// A Gateway API `ParentReference`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AncestorRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// The CRD manifests of the resources as one multi-document YAML (what the chart's `crds/` carries).
 pub fn crds_yaml() -> String {
-    let crds = [GatewayClassConfig::crd(), GatewayConfig::crd()];
+    let crds = [
+        GatewayClassConfig::crd(),
+        GatewayConfig::crd(),
+        AccessPolicy::crd(),
+    ];
     let mut out = String::from(
         "# Generated by `cargo run -p tunnel-controller --bin crdgen`; do not edit.\n",
     );

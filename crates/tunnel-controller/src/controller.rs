@@ -20,6 +20,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
+use crate::access::{AccessReport, AccessSync};
 use crate::config_tls::{ConfigTls, PlaneTarget, RoundCa, presented_by};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
@@ -73,6 +74,10 @@ pub struct Controller {
     dns: DnsSync,
     /// The last DNS verdicts by tunnel and hostname, standing while ingress writes wait.
     last_dns: std::sync::Mutex<BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>>,
+    /// Access applications of AccessPolicies, applied after the DNS records.
+    access: AccessSync,
+    /// The last Access reports by scope, standing while ingress writes wait.
+    last_access: std::sync::Mutex<BTreeMap<String, AccessReport>>,
     /// The Cloudflare API's answers about tunnel claims, by token (and credentials).
     verifications: Mutex<BTreeMap<String, Verification>>,
     metrics: Metrics,
@@ -108,8 +113,11 @@ pub struct Parts {
 impl Controller {
     pub fn new(p: Parts) -> Self {
         let dns = DnsSync::new(p.tunnels.retry_policy(), p.metrics.dns_changes.clone());
+        let access = AccessSync::new(p.tunnels.retry_policy(), p.metrics.access_changes.clone());
         Self {
             dns,
+            access,
+            last_access: std::sync::Mutex::default(),
             last_dns: std::sync::Mutex::default(),
             client: p.client,
             stores: p.stores,
@@ -397,8 +405,37 @@ impl Controller {
                 .clone()
         };
 
+        // Access applications, after the pushes for the same reason.
+        let access = crate::access::decide(
+            &snap.access_policies,
+            &snap.http_routes,
+            &snap.gateways,
+            &model,
+        );
+        let access_reports = if due {
+            let reports = self.access_apps(&access, &mut outcome).await;
+            self.last_access
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone_from(&reports);
+            reports
+        } else {
+            self.last_access
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        };
+
         // Statuses.
-        let (writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
+        let (mut writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
+        notices.extend(more);
+        let (access_writes, more) = crate::access::status_writes(
+            &access,
+            &access_reports,
+            &self.settings.controller_name,
+            &status::now(),
+        );
+        writes.extend(access_writes);
         notices.extend(more);
         let pending: Vec<_> = writes
             .iter()
@@ -538,6 +575,52 @@ impl Controller {
         }
         self.dns.retain(&owners.keys().cloned().collect()).await;
         by_gateway
+    }
+
+    /// Brings each scope's Access applications to the decision. A scope is synced once it has
+    /// applications, and afterwards until they are gone (also when no Gateway uses it any more).
+    async fn access_apps(
+        &self,
+        decision: &crate::access::Decision,
+        outcome: &mut Outcome,
+    ) -> BTreeMap<String, AccessReport> {
+        let mut reports = BTreeMap::new();
+        let mut keys = BTreeSet::new();
+        let none = BTreeMap::new();
+        let mut scopes: Vec<(&String, &crate::access::Scope, &BTreeMap<_, _>)> = decision
+            .scopes
+            .iter()
+            .map(|(k, (s, apps))| (k, s, apps))
+            .collect();
+        let pending = self.access.pending().await;
+        scopes.extend(
+            pending
+                .iter()
+                .filter(|(k, _)| !decision.scopes.contains_key(k))
+                .map(|(k, s)| (k, s, &none)),
+        );
+        for (key, scope, apps) in scopes {
+            keys.insert(key.clone());
+            if apps.is_empty() && !self.access.known(key).await {
+                continue;
+            }
+            let report = match self.tunnels.client_and_account(&scope.credentials).await {
+                Ok((client, account)) => {
+                    self.access.sync(key, scope, &client, &account, apps).await
+                }
+                Err(e) => AccessReport {
+                    apps: apps
+                        .keys()
+                        .map(|p| (p.clone(), crate::access::AppVerdict::Failed(e.to_string())))
+                        .collect(),
+                    incomplete: true,
+                },
+            };
+            outcome.incomplete |= report.incomplete;
+            reports.insert(key.clone(), report);
+        }
+        self.access.retain(&keys).await;
+        reports
     }
 
     fn publish_tallies(&self, model: &Model) {
@@ -762,6 +845,7 @@ fn write_kind(w: &Write) -> &'static str {
         Write::ListenerSet { .. } => "ListenerSet",
         Write::Route { id, .. } => id.kind.as_str(),
         Write::Policy { .. } => "BackendTLSPolicy",
+        Write::AccessPolicy { .. } => "AccessPolicy",
     }
 }
 

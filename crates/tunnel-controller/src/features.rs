@@ -19,6 +19,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRoute",
     "Gateway",
     "GatewayBackendClientCertificate",
+    "GatewayHTTPListenerIsolation",
+    "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",

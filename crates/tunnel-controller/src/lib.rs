@@ -30,6 +30,8 @@
 //! - [`tunnels`]: per-tunnel ingress document sync with the Cloudflare API (TG-3).
 //! - [`dns`]: the opt-in DNS records of the tunnels' hostnames (a pure plan: desired vs
 //!   existing records, ownership records; and its application through the Cloudflare API).
+//! - [`access`]: Cloudflare Access applications of AccessPolicies (a pure decision with GEP-713
+//!   precedence, a pure plan against the existing applications, and its application).
 //! - [`planes`]: which proxies of a partition hold which version; what to push next (TG-4).
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10),
 //!   over mutual TLS (or plain HTTP, opted out).
@@ -38,6 +40,7 @@
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
 //! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
 
+pub mod access;
 pub mod api;
 pub mod conditions;
 pub mod config_ca;

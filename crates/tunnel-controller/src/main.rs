@@ -27,6 +27,7 @@ use tunnel_controller::world::Stores;
 #[derive(Parser)]
 #[command(
     name = "tunnel-gateway-controller",
+    version,
     about = "Gateway API controller that publishes routes through Cloudflare Tunnel"
 )]
 struct Cli {

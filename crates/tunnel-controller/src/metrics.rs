@@ -54,6 +54,8 @@ pub struct Metrics {
     pub pushes: Family<PushLabels, Counter>,
     /// DNS record changes by outcome (`created`, `updated`, `deleted`, `failed`, `refused`).
     pub dns_changes: Family<crate::dns::OutcomeLabel, Counter>,
+    /// Access application changes by op (`created`, `updated`, `deleted`, `failed`, `refused`).
+    pub access_changes: Family<crate::access::OpLabel, Counter>,
     /// Route parents not accepted, by reason (`HostnameNotPermitted`, `NotAllowedByListeners`,
     /// `TunnelClaimRejected`, ...), as of the last round; a reason no longer seen reads 0.
     pub refused_parents: Family<ReasonLabel, Gauge>,
@@ -73,6 +75,7 @@ impl Metrics {
             reconcile_errors: Family::default(),
             pushes: Family::default(),
             dns_changes: Family::default(),
+            access_changes: Family::default(),
             refused_parents: Family::default(),
             shadowed_parents: Gauge::default(),
         };
@@ -105,6 +108,11 @@ impl Metrics {
             "cftunnel_dns_record_changes",
             "DNS record changes by outcome (created, updated, deleted, failed; refused: a hostname whose record is owned elsewhere)",
             m.dns_changes.clone(),
+        );
+        registry.register(
+            "cftunnel_access_application_changes",
+            "Cloudflare Access application changes by op (created, updated, deleted, failed; refused: a destination another application covers)",
+            m.access_changes.clone(),
         );
         registry.register(
             "cftunnel_route_parents_refused",

@@ -142,7 +142,7 @@ fn pair(i: usize, a: &View, j: usize, b: &View) -> Option<Shadow> {
 fn pair_nested(wi: usize, w: &View, li: usize, l: &View) -> Option<Shadow> {
     for hw in &w.hosts {
         for hl in &l.hosts {
-            if hw != hl && (hl == "*" || covers(hl, hw)) {
+            if hw != hl && (hl == "*" || covers(hl, hw)) && !l.excludes(hl, hw) {
                 return Some(Shadow {
                     loser: li,
                     winner: wi,
@@ -165,14 +165,26 @@ struct View {
     hosts: Vec<String>,
     /// Each match in a canonical spelling (header and parameter order does not matter).
     matches: Vec<String>,
+    /// `excludedHostnames` (listener isolation), normalized, by host.
+    excluded: HashMap<String, Vec<String>>,
 }
 
 impl View {
+    /// Whether the route does not serve `specific` through its hostname `general` (it belongs
+    /// to a narrower listener): nothing is lost there.
+    fn excludes(&self, general: &str, specific: &str) -> bool {
+        self.excluded.get(general).is_some_and(|ex| {
+            ex.iter()
+                .any(|e| crate::hostnames::covers(Some(e), specific))
+        })
+    }
+
     fn of(r: &config::Route) -> View {
-        let (name, hostnames, grpc, matches) = match r {
+        let (name, hostnames, excluded, grpc, matches) = match r {
             config::Route::Http(h) => (
                 &h.name,
                 &h.hostnames,
+                &h.excluded_hostnames,
                 false,
                 h.rules
                     .iter()
@@ -188,6 +200,7 @@ impl View {
             config::Route::Grpc(g) => (
                 &g.name,
                 &g.hostnames,
+                &g.excluded_hostnames,
                 true,
                 g.rules
                     .iter()
@@ -209,11 +222,16 @@ impl View {
                 .map(|h| crate::hostnames::normalize(h))
                 .collect()
         };
+        let norm = |h: &String| crate::hostnames::normalize(h);
         View {
             namespace: name.split('/').next().unwrap_or_default().to_owned(),
             grpc,
             hosts,
             matches,
+            excluded: excluded
+                .iter()
+                .map(|(h, ex)| (norm(h), ex.iter().map(norm).collect()))
+                .collect(),
         }
     }
 }
@@ -282,6 +300,7 @@ mod tests {
         config::Route::Http(HttpRoute {
             name: name.into(),
             hostnames: hosts.iter().map(|h| h.to_string()).collect(),
+            excluded_hostnames: Default::default(),
             rules: vec![HttpRule {
                 name: None,
                 matches: paths
@@ -306,6 +325,7 @@ mod tests {
         config::Route::Grpc(GrpcRoute {
             name: name.into(),
             hostnames: hosts.iter().map(|h| h.to_string()).collect(),
+            excluded_hostnames: Default::default(),
             rules: vec![config::GrpcRule {
                 name: None,
                 matches: vec![],
@@ -329,6 +349,16 @@ mod tests {
             specific: specific.into(),
             general: general.into(),
         }
+    }
+
+    fn isolated(mut r: config::Route, host: &str, excluded: &[&str]) -> config::Route {
+        if let config::Route::Http(h) = &mut r {
+            h.excluded_hostnames.insert(
+                host.into(),
+                excluded.iter().map(|e| e.to_string()).collect(),
+            );
+        }
+        r
     }
 
     fn shadow(loser: usize, winner: usize, how: How) -> Shadow {
@@ -377,6 +407,18 @@ mod tests {
                     http("b/exact", &["x.a.example"], &["/api"]),
                 ],
                 vec![shadow(0, 1, nested("x.a.example", "*.a.example"))],
+            ),
+            (
+                "a host the wildcard route excludes (a narrower listener's) is not lost",
+                vec![
+                    isolated(
+                        http("a/wild", &["*.a.example"], &["/"]),
+                        "*.a.example",
+                        &["*.x.a.example"],
+                    ),
+                    http("b/exact", &["y.x.a.example"], &["/api"]),
+                ],
+                vec![],
             ),
             (
                 "overlapping wildcards: the longer one wins",

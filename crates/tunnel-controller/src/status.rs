@@ -37,7 +37,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::api::GatewayClassConfig;
+use crate::api::{AccessPolicy, GatewayClassConfig};
 use crate::conditions::{Verdict, merge};
 use crate::dedicated::claims;
 use crate::dns::{self, HostVerdict};
@@ -117,9 +117,15 @@ pub enum Write {
         resource_version: Option<String>,
         ancestors: Vec<PolicyAncestorStatus>,
     },
+    AccessPolicy {
+        key: ObjKey,
+        resource_version: Option<String>,
+        ancestors: Vec<PolicyAncestorStatus>,
+    },
 }
 
-/// One `status.ancestors` entry of a BackendTLSPolicy, as Gateway API's `PolicyAncestorStatus`.
+/// One `status.ancestors` entry of a BackendTLSPolicy or an AccessPolicy, as Gateway API's
+/// `PolicyAncestorStatus`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyAncestorStatus {
@@ -137,7 +143,7 @@ pub struct Notice {
     pub message: String,
 }
 
-fn now() -> Time {
+pub fn now() -> Time {
     let secs = k8s_openapi::jiff::Timestamp::now().as_second();
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("now is a valid timestamp"))
 }
@@ -594,6 +600,13 @@ fn published(
     gw: Option<&crate::model::GatewayOutcome>,
     effects: &Effects,
 ) -> Verdict {
+    if p.isolated {
+        return Verdict::fail(
+            PUBLISHED,
+            "HostnamesIsolated",
+            "nothing is served: each hostname the route has through its listeners belongs to a more specific listener of the Gateway (listener isolation)",
+        );
+    }
     if p.hostnames.is_none() {
         return Verdict::fail(
             PUBLISHED,
@@ -811,6 +824,19 @@ impl Writer {
                 });
                 let api: Api<BackendTlsPolicy> =
                     Api::namespaced(self.client.clone(), &key.namespace);
+                api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
+                    .await?;
+            }
+            Write::AccessPolicy {
+                key,
+                resource_version,
+                ancestors,
+            } => {
+                let body = json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "status": {"ancestors": ancestors},
+                });
+                let api: Api<AccessPolicy> = Api::namespaced(self.client.clone(), &key.namespace);
                 api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
                     .await?;
             }

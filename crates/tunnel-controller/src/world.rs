@@ -29,7 +29,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::api::{GatewayClassConfig, GatewayConfig};
+use crate::api::{AccessPolicy, GatewayClassConfig, GatewayConfig};
 
 /// When the watched objects last changed.
 #[derive(Clone, Default)]
@@ -67,6 +67,7 @@ pub struct Stores {
     namespaces: Store<Namespace>,
     class_configs: Store<GatewayClassConfig>,
     gateway_configs: Store<GatewayConfig>,
+    access_policies: Store<AccessPolicy>,
     deployments: Store<Deployment>,
     network_policies: Store<NetworkPolicy>,
     hpas: Store<HorizontalPodAutoscaler>,
@@ -90,6 +91,7 @@ pub struct Snapshot {
     pub namespaces: Vec<Arc<Namespace>>,
     pub class_configs: Vec<Arc<GatewayClassConfig>>,
     pub gateway_configs: Vec<Arc<GatewayConfig>>,
+    pub access_policies: Vec<Arc<AccessPolicy>>,
     /// Dedicated planes' objects (those labelled as the controller's; a foreign object at a
     /// rendered name is looked up directly before anything is written there).
     pub deployments: Vec<Arc<Deployment>>,
@@ -119,6 +121,7 @@ impl Stores {
             namespaces: reflect(client, changed),
             class_configs: reflect(client, changed),
             gateway_configs: reflect(client, changed),
+            access_policies: reflect(client, changed),
             deployments: reflect_labelled(client, changed, PLANE_SELECTOR),
             network_policies: reflect_labelled(client, changed, PLANE_SELECTOR),
             hpas: reflect_labelled(client, changed, PLANE_SELECTOR),
@@ -146,6 +149,7 @@ impl Stores {
             self.namespaces.wait_until_ready(),
             self.class_configs.wait_until_ready(),
             self.gateway_configs.wait_until_ready(),
+            self.access_policies.wait_until_ready(),
             self.deployments.wait_until_ready(),
             self.network_policies.wait_until_ready(),
             self.hpas.wait_until_ready(),
@@ -174,6 +178,7 @@ impl Stores {
             namespaces: self.namespaces.state(),
             class_configs: self.class_configs.state(),
             gateway_configs: self.gateway_configs.state(),
+            access_policies: self.access_policies.state(),
             deployments: self.deployments.state(),
             network_policies: self.network_policies.state(),
             hpas: self.hpas.state(),

@@ -36,6 +36,21 @@ fn gateway_config(name: &str, spec: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "GatewayConfig", "metadata": {"name": name}, "spec": spec})
 }
 
+fn access_policy(
+    name: &str,
+    target: serde_json::Value,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut spec = json!({
+        "targetRefs": [target],
+        "rules": [{"decision": "Allow", "include": {"emails": ["a@example.com"]}}]
+    });
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"apiVersion": "cf.k8s.lex.la/v1alpha1", "kind": "AccessPolicy", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
 #[tokio::test]
 async fn the_api_server_enforces_the_schema() {
     test_cluster::install_crypto_provider();
@@ -70,6 +85,17 @@ async fn the_api_server_enforces_the_schema() {
         gateway_config(
             "fixed",
             json!({"tunnelTokenSecretRef": token, "replicas": 3}),
+        ),
+    )
+    .await
+    .unwrap();
+    let route = json!({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "app"});
+    apply(
+        cluster,
+        access_policy(
+            "ok",
+            json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw", "sectionName": "http"}),
+            json!({"sessionDuration": "1h30m"}),
         ),
     )
     .await
@@ -156,6 +182,54 @@ async fn the_api_server_enforces_the_schema() {
                 json!({"tunnelTokenSecretRef": {"name": ""}}),
             ),
             "name",
+        ),
+        (
+            access_policy(
+                "configmap-target",
+                json!({"group": "", "kind": "ConfigMap", "name": "x"}),
+                json!({}),
+            ),
+            "kind",
+        ),
+        (
+            access_policy(
+                "other-group",
+                json!({"group": "example.com", "kind": "HTTPRoute", "name": "x"}),
+                json!({}),
+            ),
+            "group",
+        ),
+        (
+            access_policy("day", route.clone(), json!({"sessionDuration": "1 day"})),
+            "sessionDuration",
+        ),
+        (
+            access_policy("no-rules", route.clone(), json!({"rules": []})),
+            "rules",
+        ),
+        (
+            access_policy(
+                "bad-decision",
+                route.clone(),
+                json!({"rules": [{"decision": "Maybe", "include": {"everyone": true}}]}),
+            ),
+            "decision",
+        ),
+        (
+            access_policy(
+                "bad-email",
+                route.clone(),
+                json!({"rules": [{"decision": "Allow", "include": {"emails": ["nobody"]}}]}),
+            ),
+            "emails",
+        ),
+        (
+            access_policy(
+                "namespaced-target",
+                json!({"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "x", "namespace": "other"}),
+                json!({}),
+            ),
+            "namespace",
         ),
     ];
     for (doc, needle) in refused {

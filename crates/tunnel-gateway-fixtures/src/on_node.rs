@@ -1,10 +1,10 @@
-//! The install as deployed, on a cluster with the node agent: the Cloudflare double (API, edge
-//! and connector port) in this process on host loopback, a cluster whose node runs the
-//! controller's Deployment and the shared plane's Pods from the built binaries, and the
-//! operator's part of the install (the namespace, the two Secrets, then either `kubectl apply -k
-//! deploy/tunnel-gateway` with the controller pointed at the double and the GatewayClassConfig,
-//! or `helm install` of charts/tunnel-gateway with those as values: [`Method`]). Used by the
-//! controller's `on_node` test and by `make conformance`.
+//! The install as deployed, on a cluster with the node agent: the Cloudflare double (API, edge and
+//! connector port) in this process on host loopback, a cluster whose node runs the controller's
+//! Deployment and the shared plane's Pods from the built binaries (or from the project's images:
+//! [`Binaries::from_images`]), and the operator's part of the install (the namespace, the two
+//! Secrets, then either `kubectl apply -k deploy/tunnel-gateway` with the controller pointed at the
+//! double and the GatewayClassConfig, or `helm install` of charts/tunnel-gateway with those as
+//! values: [`Method`]). Used by the controller's `on_node` test and by `make conformance`.
 //!
 //! The node's private network namespace sees the double's API and connector port at
 //! [`NODE_ADDR`] under the names [`API_HOST`] and [`EDGE_HOST`] (every Pod's `/etc/hosts`); the
@@ -71,6 +71,9 @@ pub struct Binaries {
     pub connector: PathBuf,
     /// Further image → executable mappings (echo-basic under the names Pods use).
     pub images: Vec<(String, PathBuf)>,
+    /// A directory of OCI image layouts the node runs [`CONTROLLER_IMAGE`] and [`PROXY_IMAGE`]
+    /// from, instead of `controller` and `proxy`.
+    pub image_store: Option<PathBuf>,
 }
 
 impl Binaries {
@@ -90,6 +93,17 @@ impl Binaries {
             proxy: sibling("tunnel-proxy")?,
             connector: sibling("cloudflared-standin")?,
             images: vec![("echo-basic".into(), test_cluster::echo_basic()?)],
+            image_store: None,
+        })
+    }
+
+    /// [`Self::beside`], with the controller and the proxy run from the images
+    /// `make images-test` built ([`test_cluster::test_images`]), as a cluster runs them: unpacked,
+    /// chrooted, as the image's non-root user. `controller` and `proxy` stay for other tags.
+    pub fn from_images(controller: &Path) -> Result<Self, NodeError> {
+        Ok(Self {
+            image_store: Some(test_cluster::test_images()?),
+            ..Self::beside(controller)?
         })
     }
 }
@@ -175,9 +189,14 @@ pub async fn start_on(
     let tunnel = double.add_tunnel(&account, "shared")?;
     double.add_token(API_TOKEN, TokenScope::User(vec![account.clone()]))?;
 
-    let mut node = NodeSpec::new("kt-node")
-        .image(CONTROLLER_IMAGE, &binaries.controller)
-        .image(PROXY_IMAGE, &binaries.proxy)
+    let mut node = NodeSpec::new("kt-node");
+    node = match &binaries.image_store {
+        Some(dir) => node.image_store(dir),
+        None => node
+            .image(CONTROLLER_IMAGE, &binaries.controller)
+            .image(PROXY_IMAGE, &binaries.proxy),
+    };
+    let mut node = node
         .image(CONNECTOR_IMAGE, &binaries.connector)
         .host(API_HOST, NODE_ADDR.into())
         .host(EDGE_HOST, NODE_ADDR.into());

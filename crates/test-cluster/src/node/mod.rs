@@ -5,7 +5,9 @@
 //! (`Ready`, its address is the bridge's [`GATEWAY`]) with a heartbeat Lease in
 //! `kube-node-lease`, binds every pending Pod to itself (`binding` subresource) and runs the
 //! Pods bound to it (see `pod`). Images are not pulled: [`NodeSpec::image`] maps an image name
-//! to an executable; an unmapped image leaves the container `Waiting` with `ErrImagePull`.
+//! to an executable that stands in for it, and [`NodeSpec::image_store`] names a directory of
+//! OCI image layouts whose images the node unpacks and runs chrooted as the image's user (see
+//! `image`); an image in neither leaves the container `Waiting` with `ErrImagePull`.
 //!
 //! The agent runs on a thread with its own tokio runtime, so it outlives the runtime of the test
 //! (or of the shared control plane's start) that started it; dropping the [`NodeAgent`] stops it
@@ -14,6 +16,7 @@
 mod crilog;
 pub(crate) mod egress;
 mod env;
+mod image;
 mod logs;
 mod pod;
 mod probe;
@@ -50,6 +53,9 @@ pub struct NodeSpec {
     /// Image name (as written in a Pod, tag included if the Pod has one) → the executable that
     /// stands in for the image's entrypoint.
     pub images: BTreeMap<String, PathBuf>,
+    /// A directory of OCI image layouts (`make images-test` writes target/images/test/): the
+    /// images, by their `org.opencontainers.image.ref.name`, that are not in `images`.
+    pub image_store: Option<PathBuf>,
     /// Extra `/etc/hosts` entries of every Pod: name → address.
     pub hosts: BTreeMap<String, std::net::IpAddr>,
     /// Labels of the Node besides `kubernetes.io/hostname` and `kubernetes.io/os` (e.g.
@@ -63,6 +69,7 @@ impl NodeSpec {
         Self {
             name: name.into(),
             images: BTreeMap::new(),
+            image_store: None,
             hosts: BTreeMap::new(),
             labels: BTreeMap::new(),
         }
@@ -77,6 +84,12 @@ impl NodeSpec {
     /// Adds `name` → `address` to every Pod's `/etc/hosts`.
     pub fn host(mut self, name: impl Into<String>, address: std::net::IpAddr) -> Self {
         self.hosts.insert(name.into(), address);
+        self
+    }
+
+    /// Runs the images of the OCI layouts under `dir` (those not mapped by [`Self::image`]).
+    pub fn image_store(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.image_store = Some(dir.into());
         self
     }
 
@@ -96,6 +109,7 @@ struct Context {
     kubelet_port: u16,
     /// The cluster's CA certificate (PEM): a Pod's `ca.crt`.
     api_ca: String,
+    images: image::Images,
 }
 
 /// A running node agent. Dropping it stops every container and removes every namespace.
@@ -196,14 +210,15 @@ async fn run(
     shutdown: oneshot::Receiver<()>,
 ) {
     let registered = async {
+        let images = image::Images::open(spec.image_store.as_deref(), dir.join("images"))?;
         let endpoint = logs::Endpoint::bind(&spec.name)?;
         let client = crate::kubeconfig::client_from_yaml(&kubeconfig).await?;
         let api = api_server(&kubeconfig)?;
         register(&client, &spec.name, &spec.labels).await?;
-        Ok::<_, Error>((client, endpoint, api))
+        Ok::<_, Error>((client, endpoint, api, images))
     }
     .await;
-    let (client, endpoint, (api_addr, api_ca)) = match registered {
+    let (client, endpoint, (api_addr, api_ca), images) = match registered {
         Ok(registered) => {
             let _ = ready.send(Ok(()));
             registered
@@ -220,6 +235,7 @@ async fn run(
         kubelet_port: endpoint.port(),
         dir,
         api_ca,
+        images,
     });
     let inside = std::net::SocketAddr::from((GATEWAY, API_PORT));
     let kubelet = std::net::SocketAddr::from((GATEWAY, KUBELET_PORT));

@@ -14,6 +14,10 @@
 //! file, a copy of each symlink) plus the missing directories, and `S` is bind-mounted over `A`
 //! (for `A = /` the process `chroot`s into `S`). So the container sees every host file it would
 //! have seen, and the new mount point; the host sees nothing.
+//!
+//! A container from an image runs in the image's root instead (`image_root`): mount points
+//! are created in that per-container copy, the host's `/proc` and `/dev` are bound into it with
+//! the volumes, then the process `chroot`s into it; `workingDir` is a path inside the image.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
@@ -555,8 +559,10 @@ enum Op {
 pub(super) struct MountPlan {
     /// Shadows of missing mount points' ancestors, deepest first.
     shadows: Vec<Op>,
-    /// The shadow of `/`, to chroot into.
+    /// The shadow of `/`, to chroot into before the volumes are mounted (host paths).
     chroot: Option<CString>,
+    /// The image's root, to chroot into after the volumes are mounted into it.
+    image_root: Option<CString>,
     /// The volumes, outermost first.
     mounts: Vec<Op>,
     workdir: CString,
@@ -570,14 +576,16 @@ struct Shadow {
 }
 
 /// The mounts of `container` over `volumes`; `scratch` is the container's own directory for
-/// shadows (emptied first), `default_cwd` its working directory when it sets none. `None` when
-/// the container needs no mount namespace (no mounts, and a `workingDir` that exists, if any):
-/// the caller sets the working directory itself.
+/// shadows (emptied first), `default_cwd` its working directory when it sets none (inside the
+/// image with `image_root`, the root the container runs in). `None` when the container needs
+/// no mount namespace (no image, no mounts, and a `workingDir` that exists, if any): the caller
+/// sets the working directory itself.
 pub(super) fn plan(
     container: &Container,
     volumes: &Volumes,
     scratch: &Path,
     default_cwd: &Path,
+    image_root: Option<&Path>,
 ) -> Result<Option<MountPlan>, String> {
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let mut mounts = container.volume_mounts.clone().unwrap_or_default();
@@ -601,9 +609,14 @@ pub(super) fn plan(
         ),
         None => None,
     };
-    if mounts.is_empty() && workdir.as_ref().is_none_or(|w| w.is_dir()) {
+    if image_root.is_none() && mounts.is_empty() && workdir.as_ref().is_none_or(|w| w.is_dir()) {
         return Ok(None);
     }
+    // Where a path of the container's view is on the host.
+    let host = |path: &Path| match image_root {
+        Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+        None => path.to_owned(),
+    };
     if scratch.exists() {
         std::fs::remove_dir_all(scratch).map_err(|e| io(scratch, e))?;
     }
@@ -611,6 +624,17 @@ pub(super) fn plan(
     let mut placed: Vec<(PathBuf, PathBuf)> = Vec::new(); // mountPath → the real source
     let mut shadows: BTreeMap<PathBuf, Shadow> = BTreeMap::new();
     let mut ops = Vec::new();
+    if image_root.is_some() {
+        for system in ["/proc", "/dev"] {
+            let target = host(Path::new(system));
+            std::fs::create_dir_all(&target).map_err(|e| io(&target, e))?;
+            ops.push(Op::Bind {
+                source: c_path(Path::new(system))?,
+                target: c_path(&target)?,
+                recursive: true,
+            });
+        }
+    }
     let mut sorted: Vec<_> = mounts.iter().collect();
     sorted.sort_by_key(|m| Path::new(&m.mount_path).components().count());
     for m in sorted {
@@ -622,7 +646,7 @@ pub(super) fn plan(
                     m.mount_path
                 )
             })?;
-        if placed.iter().any(|(t, _)| *t == target) {
+        if placed.iter().any(|(t, _)| *t == host(&target)) {
             return Err(format!("mountPath {:?} is used twice", m.mount_path));
         }
         let volume = volumes
@@ -630,7 +654,15 @@ pub(super) fn plan(
             .get(&m.name)
             .ok_or_else(|| format!("volumeMount {:?}: the Pod has no such volume", m.name))?;
         let (source, is_dir) = open_source(volume, m.sub_path.as_deref().unwrap_or(""))?;
-        mount_point(&target, is_dir, &placed, &mut shadows, scratch)?;
+        let target = host(&target);
+        mount_point(
+            &target,
+            is_dir,
+            &placed,
+            &mut shadows,
+            scratch,
+            image_root.is_some(),
+        )?;
         let target_c = c_path(&target)?;
         ops.push(Op::Bind {
             source: c_path(&source)?,
@@ -644,7 +676,14 @@ pub(super) fn plan(
     }
     let workdir = match workdir {
         Some(w) => {
-            mount_point(&w, true, &placed, &mut shadows, scratch)?;
+            mount_point(
+                &host(&w),
+                true,
+                &placed,
+                &mut shadows,
+                scratch,
+                image_root.is_some(),
+            )?;
             w
         }
         None => default_cwd.to_owned(),
@@ -669,6 +708,7 @@ pub(super) fn plan(
     Ok(Some(MountPlan {
         shadows: shadow_ops,
         chroot,
+        image_root: image_root.map(c_path).transpose()?,
         mounts: ops,
         workdir: c_path(&workdir)?,
     }))
@@ -712,12 +752,14 @@ fn open_source(volume: &Prepared, sub_path: &str) -> Result<(PathBuf, bool), Str
 
 /// Makes sure `target` can be mounted on (a directory, or a file for a file source): inside an
 /// earlier mount's source, in a shadow of its nearest existing host ancestor, or as it is.
+/// `in_image`: `target` is in a container's own copy of an image, where it is created as it is.
 fn mount_point(
     target: &Path,
     is_dir: bool,
     placed: &[(PathBuf, PathBuf)],
     shadows: &mut BTreeMap<PathBuf, Shadow>,
     scratch: &Path,
+    in_image: bool,
 ) -> Result<(), String> {
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let create = |path: &Path| -> Result<(), String> {
@@ -743,6 +785,9 @@ fn mount_point(
     }
     if target.exists() {
         return Ok(());
+    }
+    if in_image {
+        return create(target);
     }
     let mut ancestor = target.parent().unwrap_or(Path::new("/"));
     while !ancestor.exists() {
@@ -827,6 +872,10 @@ impl MountPlan {
         }
         for op in &self.mounts {
             op.run()?;
+        }
+        if let Some(root) = &self.image_root {
+            nix::unistd::chdir(root.as_c_str())?;
+            nix::unistd::chroot(c".")?;
         }
         nix::unistd::chdir(self.workdir.as_c_str())
     }

@@ -189,6 +189,21 @@ fn refused_documents_name_the_offending_field() {
                 "filters": [{ "type": "RequestRedirect" }] }] }] }),
             "routes[0].rules[0].filters[0]",
         ),
+        (
+            json!({ "version": 1, "routes": [{ "kind": "HTTPRoute", "name": "r",
+                "hostnames": ["*.example.com"], "excludedHostnames": { "*": ["a.example.com"] } }] }),
+            "routes[0].excludedHostnames[*]",
+        ),
+        (
+            json!({ "version": 1, "routes": [{ "kind": "HTTPRoute", "name": "r",
+                "hostnames": ["*.example.com"], "excludedHostnames": { "*.example.com": ["a.other.com"] } }] }),
+            "routes[0].excludedHostnames[*.example.com][0]",
+        ),
+        (
+            json!({ "version": 1, "routes": [{ "kind": "GRPCRoute", "name": "g",
+                "excludedHostnames": { "*": ["a..com"] } }] }),
+            "routes[0].excludedHostnames[*][0]",
+        ),
     ];
     for (doc, path) in rows {
         let e = error_of(doc.clone());

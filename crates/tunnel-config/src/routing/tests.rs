@@ -48,6 +48,7 @@ fn http_route(
 ) -> RouteSpec<&'static str> {
     RouteSpec {
         hostnames: hosts.iter().map(|h| host(h)).collect(),
+        excluded: Vec::new(),
         rules: rules
             .into_iter()
             .map(|(ms, payload)| RuleSpec {
@@ -64,6 +65,7 @@ fn grpc_route(
 ) -> RouteSpec<&'static str> {
     RouteSpec {
         hostnames: hosts.iter().map(|h| host(h)).collect(),
+        excluded: Vec::new(),
         rules: rules
             .into_iter()
             .map(|(ms, payload)| RuleSpec {
@@ -185,6 +187,51 @@ fn normalize_host_strips_port_and_lowercases() {
     for (input, want) in rows {
         assert_eq!(normalize_host(input).as_deref(), want, "{input:?}");
     }
+}
+
+#[test]
+fn host_patterns_contain_the_patterns_they_cover() {
+    let any = HostPattern::Any;
+    let rows = [
+        (&any, &host("a.example.com"), true),
+        (&any, &any, true),
+        (&host("*.example.com"), &any, false),
+        (&host("*.example.com"), &host("*.example.com"), true),
+        (&host("*.example.com"), &host("*.foo.example.com"), true),
+        (&host("*.foo.example.com"), &host("*.example.com"), false),
+        (&host("*.example.com"), &host("a.example.com"), true),
+        (&host("*.example.com"), &host("example.com"), false),
+        (&host("*.example.com"), &host("*.notexample.com"), false),
+        (&host("a.example.com"), &host("a.example.com"), true),
+        (&host("a.example.com"), &host("*.example.com"), false),
+    ];
+    for (outer, inner, want) in rows {
+        assert_eq!(outer.contains(inner), want, "{outer:?} ⊇ {inner:?}");
+    }
+}
+
+/// Listener isolation: a route attached through a less specific listener does not serve the
+/// hosts of a more specific one, and a lookup goes on to the routes that do.
+#[test]
+fn excluded_hosts_are_not_served_by_the_route_that_excludes_them() {
+    let mut any = http_route(&[], vec![(vec![prefix("/")], "any")]);
+    any.excluded = vec![vec![host("*.example.com")]];
+    let mut wild = http_route(&["*.example.com"], vec![(vec![prefix("/wild")], "wild")]);
+    wild.excluded = vec![vec![host("*.foo.example.com"), host("abc.example.com")]];
+    let other = http_route(&[], vec![(vec![prefix("/other")], "other")]);
+    let t = Table::new(vec![], vec![any, wild, other]);
+    check(
+        &t,
+        vec![
+            (req("bar.com", "/wild"), Some("any")),
+            (req("bar.example.com", "/wild"), Some("wild")),
+            (req("bar.example.com", "/"), None),
+            (req("bar.example.com", "/other"), Some("other")),
+            (req("abc.example.com", "/wild"), None),
+            (req("x.foo.example.com", "/wild"), None),
+            (req("foo.example.com", "/wild"), Some("wild")),
+        ],
+    );
 }
 
 #[test]

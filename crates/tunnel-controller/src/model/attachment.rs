@@ -22,7 +22,7 @@ use super::types::{
     PolicyOutcome, ROUTE_SHADOWED, RouteOutcome, RouteParentStatus, Settings, TunnelPlan,
 };
 use crate::conditions::Verdict;
-use crate::hostnames;
+use crate::hostnames::{self, Served};
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
 use crate::shadowing;
 use crate::translate::{self, BackendIndex};
@@ -49,8 +49,9 @@ pub(super) fn routes(snap: &Snapshot, settings: &Settings, idx: &BackendIndex, m
         snap.namespaces.iter().map(|n| (n.name_any(), n)).collect();
     // Which Gateways reach each Service, for BackendTLSPolicy ancestors.
     let mut uses: BTreeMap<(String, String), BTreeSet<ObjKey>> = BTreeMap::new();
+    let families = listener_families(model);
     for route in &routes {
-        route_outcome(route, model, &mut uses, &namespaces, idx);
+        route_outcome(route, model, &mut uses, &namespaces, &families, idx);
     }
     for policy in &snap.backend_tls_policies {
         let ns = policy.namespace().unwrap_or_default();
@@ -76,6 +77,36 @@ pub(super) fn routes(snap: &Snapshot, settings: &Settings, idx: &BackendIndex, m
             });
         }
     }
+}
+
+/// The listeners of each Gateway that routes attach to, with those of its attached
+/// ListenerSets (merged into it): `(port, hostname)`. Listener isolation compares a listener
+/// with these.
+type Families = BTreeMap<ObjKey, Vec<(i32, Option<String>)>>;
+
+fn listener_families(model: &Model) -> Families {
+    let live = |gw: &GatewayOutcome| -> Vec<(i32, Option<String>)> {
+        gw.gateway
+            .spec
+            .listeners
+            .iter()
+            .zip(&gw.listeners)
+            .filter(|(_, out)| out.attachable)
+            .map(|(l, _)| (l.port, l.hostname.clone()))
+            .collect()
+    };
+    let mut families: Families = model
+        .gateways
+        .iter()
+        .map(|(key, gw)| (key.clone(), live(gw)))
+        .collect();
+    for ls in model.listener_sets.values().filter(|ls| ls.attached()) {
+        families
+            .entry(ls.gateway.clone())
+            .or_default()
+            .extend(live(&ls.view));
+    }
+    families
 }
 
 /// Each partition's listeners and the tunnels Gateways serve; dedicated Gateways sharing a
@@ -290,14 +321,13 @@ fn route_outcome(
     model: &mut Model,
     uses: &mut BTreeMap<(String, String), BTreeSet<ObjKey>>,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
+    families: &Families,
     idx: &BackendIndex,
 ) {
     let mut parents = Vec::new();
-    // Per partition: the hostnames the route serves there (None inside = any host).
-    // Also the lowest port of the listeners it attached to there (the redirect port, see
-    // `set_listener_port`).
-    let mut served: BTreeMap<PartitionKey, (Option<BTreeSet<String>>, ObjKey, i32)> =
-        BTreeMap::new();
+    // Per partition: what the route serves there, and the lowest port of the listeners it
+    // attached to there (the redirect port, see `set_listener_port`).
+    let mut served: BTreeMap<PartitionKey, (Served, ObjKey, i32)> = BTreeMap::new();
     for pref in &route.parent_refs {
         let ns = &route.id.key.namespace;
         // In status, group, kind and namespace are always spelled out.
@@ -317,15 +347,17 @@ fn route_outcome(
         } else {
             continue;
         };
-        let (accepted, attachment) = attach(route, gw, &status_ref, namespaces);
-        let (listeners, served_through) = match attachment {
-            Some(a) => (Some(a.listeners), a.served),
-            None => (None, None),
+        let family = families.get(&gw_key).map(Vec::as_slice).unwrap_or_default();
+        let (accepted, attachment) = attach(route, gw, &status_ref, namespaces, family);
+        let (listeners, served_through, isolated) = match attachment {
+            Some(a) => (Some(a.listeners), a.served, a.isolated),
+            None => (None, None, false),
         };
-        let (hostnames, port) = match served_through {
+        let (hosts, port) = match served_through {
             Some((hosts, port)) => (Some(hosts), port),
             None => (None, i32::MAX),
         };
+        let hostnames = hosts.as_ref().map(served_list);
         parents.push(ParentOutcome {
             parent_ref: status_ref,
             gateway: gw_key.clone(),
@@ -333,18 +365,15 @@ fn route_outcome(
             verdicts: vec![accepted],
             attached: listeners.is_some(),
             listeners: listeners.unwrap_or_default(),
-            hostnames: hostnames.clone(),
+            hostnames,
+            isolated,
         });
-        if let (Some(hosts), Some(partition)) = (hostnames, gw.partition.clone()) {
+        if let (Some(hosts), Some(partition)) = (hosts, gw.partition.clone()) {
             let entry = served
                 .entry(partition)
-                .or_insert_with(|| (Some(BTreeSet::new()), gw_key.clone(), port));
+                .or_insert_with(|| (Served::new(), gw_key.clone(), port));
             entry.2 = entry.2.min(port);
-            match (&mut entry.0, hosts.is_empty()) {
-                (_, true) => entry.0 = None,
-                (Some(set), false) => set.extend(hosts),
-                (None, false) => {}
-            }
+            hostnames::merge(&mut entry.0, hosts);
         }
     }
     if parents.is_empty() {
@@ -360,17 +389,13 @@ fn route_outcome(
             .gateways
             .get(gw_key)
             .and_then(|g| g.client_cert.clone());
-        let hostnames: Vec<String> = hosts
-            .clone()
-            .map(|s| s.into_iter().collect())
-            .unwrap_or_default();
-        let Some(t) = translate_route(route, hostnames, *port, cert.as_ref(), idx) else {
+        let Some(t) = translate_route(route, hosts, *port, cert.as_ref(), idx) else {
             continue;
         };
         services.extend(t.services);
         let plan = model.partitions.entry(partition.clone()).or_default();
         if t.verdicts.refused.is_none() {
-            plan.doc.routes.push(t.entry);
+            plan.doc.routes.extend(t.entries);
         }
         content.get_or_insert(t.verdicts);
     }
@@ -386,6 +411,7 @@ fn route_outcome(
                     p.verdicts[0] = refused.clone();
                     p.attached = false;
                     p.hostnames = None;
+                    p.isolated = false;
                 }
                 p.verdicts.push(v.resolved.clone());
                 p.verdicts.extend(v.partial.clone());
@@ -438,31 +464,77 @@ struct RuleVerdicts {
     partial: Option<Verdict>,
 }
 
-/// A route translated for one partition: its table entry, the verdicts about its rules and the
-/// Services it reaches.
+/// A route translated for one partition: its table entries, the verdicts about its rules and
+/// the Services it reaches.
 struct Translated {
-    entry: config::Route,
+    entries: Vec<config::Route>,
     verdicts: RuleVerdicts,
     services: Vec<(String, String)>,
 }
 
+/// A table entry's `excludedHostnames`.
+type Excluded = BTreeMap<String, Vec<String>>;
+
+/// The table entries' hostnames and excluded hostnames for what a route serves: one entry, or
+/// two when it serves any host but some (`*` with exclusions) besides other patterns, as an
+/// entry's `hostnames` is either a list of patterns or any host.
+fn table_hosts(served: &Served) -> Vec<(Vec<String>, Excluded)> {
+    let excluded = |s: &Served| -> Excluded {
+        s.iter()
+            .filter(|(_, ex)| !ex.is_empty())
+            .map(|(h, ex)| (h.clone(), ex.iter().cloned().collect()))
+            .collect()
+    };
+    match served.get(hostnames::ANY) {
+        Some(ex) if ex.is_empty() => vec![(Vec::new(), BTreeMap::new())],
+        Some(_) => {
+            let (any, rest): (Served, Served) = served
+                .clone()
+                .into_iter()
+                .partition(|(h, _)| h == hostnames::ANY);
+            let mut out = vec![(Vec::new(), excluded(&any))];
+            if !rest.is_empty() {
+                out.push((rest.keys().cloned().collect(), excluded(&rest)));
+            }
+            out
+        }
+        None => vec![(served.keys().cloned().collect(), excluded(served))],
+    }
+}
+
+/// The hostnames of what a route serves, as [`ParentOutcome::hostnames`] (empty: any host).
+fn served_list(served: &Served) -> Vec<String> {
+    if served.contains_key(hostnames::ANY) {
+        Vec::new()
+    } else {
+        served.keys().cloned().collect()
+    }
+}
+
 fn translate_route(
     route: &RouteView,
-    hostnames: Vec<String>,
+    served: &Served,
     port: i32,
     cert: Option<&translate::ClientCert>,
     idx: &BackendIndex,
 ) -> Option<Translated> {
     let name = route.id.key.to_string();
+    let hosts = table_hosts(served);
     if let Some(r) = &route.http {
         let mut t = translate::http_route(r, idx, cert);
         set_listener_port(&mut t.rules, port);
         Some(Translated {
-            entry: config::Route::Http(config::HttpRoute {
-                name,
-                hostnames,
-                rules: t.rules,
-            }),
+            entries: hosts
+                .into_iter()
+                .map(|(hostnames, excluded_hostnames)| {
+                    config::Route::Http(config::HttpRoute {
+                        name: name.clone(),
+                        hostnames,
+                        excluded_hostnames,
+                        rules: t.rules.clone(),
+                    })
+                })
+                .collect(),
             verdicts: RuleVerdicts {
                 resolved: t.resolved_refs,
                 refused: t.accepted,
@@ -473,11 +545,17 @@ fn translate_route(
     } else if let Some(r) = &route.grpc {
         let t = translate::grpc_route(r, idx, cert);
         Some(Translated {
-            entry: config::Route::Grpc(config::GrpcRoute {
-                name,
-                hostnames,
-                rules: t.rules,
-            }),
+            entries: hosts
+                .into_iter()
+                .map(|(hostnames, excluded_hostnames)| {
+                    config::Route::Grpc(config::GrpcRoute {
+                        name: name.clone(),
+                        hostnames,
+                        excluded_hostnames,
+                        rules: t.rules.clone(),
+                    })
+                })
+                .collect(),
             verdicts: RuleVerdicts {
                 resolved: t.resolved_refs,
                 refused: t.accepted,
@@ -504,7 +582,7 @@ fn unserved_rule_verdicts(
         .gateways
         .get(&first.gateway)
         .and_then(|g| g.client_cert.clone());
-    translate_route(route, Vec::new(), i32::MAX, cert.as_ref(), idx).map(|t| t.verdicts)
+    translate_route(route, &Served::new(), i32::MAX, cert.as_ref(), idx).map(|t| t.verdicts)
 }
 
 /// Every RequestRedirect of `rules` gets the listener port: with neither scheme nor port, the
@@ -528,9 +606,11 @@ fn set_listener_port(rules: &mut [config::HttpRule], port: i32) {
 struct Attachment {
     /// The indices of the listeners it attached through (each counts it in attachedRoutes).
     listeners: Vec<usize>,
-    /// The hostnames it serves through the served ones among them (empty: any host) and their
-    /// lowest port; `None` when none of them is served.
-    served: Option<(Vec<String>, i32)>,
+    /// What it serves through the served ones among them and their lowest port; `None` when
+    /// none of them serves anything.
+    served: Option<(Served, i32)>,
+    /// Some of them are served, but narrower listeners take all its hostnames there.
+    isolated: bool,
 }
 
 /// Whether a route attaches to a Gateway through a parentRef, through which listeners, and
@@ -540,6 +620,7 @@ fn attach(
     gw: &GatewayOutcome,
     pref: &ParentRef,
     namespaces: &BTreeMap<String, &Arc<Namespace>>,
+    family: &[(i32, Option<String>)],
 ) -> (Verdict, Option<Attachment>) {
     let (section, port) = (pref.section_name.as_deref(), pref.port);
     if let Some(v) = &gw.route_refusal {
@@ -609,14 +690,28 @@ fn attach(
         );
     }
     let mut attached = Hosts::default();
-    let mut served = Hosts::default();
+    let mut served = Served::new();
+    let mut served_port: Option<i32> = None;
+    let mut through_served = false;
     let mut listeners = Vec::new();
     for (i, l, out) in &allowed {
         if let Some(h) = hostnames::intersect(l.hostname.as_deref(), &route.hostnames) {
             listeners.push(*i);
-            attached.add(&h, l.port);
-            if out.served {
-                served.add(&h, l.port);
+            attached.add(&h);
+            if !out.served {
+                continue;
+            }
+            through_served = true;
+            // Listener isolation: hosts of a more specific listener on this port are its own.
+            let same_port = family
+                .iter()
+                .filter(|(port, _)| *port == l.port)
+                .map(|(_, h)| h.as_deref());
+            let isolated =
+                hostnames::isolate(&h, &hostnames::narrower(l.hostname.as_deref(), same_port));
+            if !isolated.is_empty() {
+                hostnames::merge(&mut served, isolated);
+                served_port = Some(served_port.map_or(l.port, |p| p.min(l.port)));
             }
         }
     }
@@ -655,7 +750,8 @@ fn attach(
         Verdict::ok("Accepted", "the route is accepted"),
         Some(Attachment {
             listeners,
-            served: served.port.map(|p| (served.list(), p)),
+            isolated: through_served && served_port.is_none(),
+            served: served_port.map(|p| (served, p)),
         }),
     )
 }
@@ -665,21 +761,18 @@ fn parent_name(gw: &GatewayOutcome) -> String {
     format!("{} {}", gw.kind, ObjKey::of(gw.gateway.as_ref()))
 }
 
-/// The hostnames a route gets through some listeners, and their lowest port (`None`: no
-/// listener).
+/// The hostnames a route claims through some listeners.
 #[derive(Default)]
 struct Hosts {
     any: bool,
     names: BTreeSet<String>,
-    port: Option<i32>,
 }
 
 impl Hosts {
     /// Adds one listener's intersection with the route's hostnames (empty: any host).
-    fn add(&mut self, hosts: &[String], port: i32) {
+    fn add(&mut self, hosts: &[String]) {
         self.any |= hosts.is_empty();
         self.names.extend(hosts.iter().cloned());
-        self.port = Some(self.port.map_or(port, |p| p.min(port)));
     }
 
     /// The hostnames served; empty when any host is.

@@ -26,6 +26,9 @@ pub(super) struct ClassSettings {
     pub ownership: Option<Arc<Delegations>>,
     /// The DNS records' owner ID when DNS records are on.
     pub dns_owner: Option<String>,
+    /// The installation's owner ID (`spec.dns.ownerId`, else the GatewayClassConfig's name):
+    /// it marks the Access applications this controller makes.
+    pub owner_id: String,
 }
 
 /// This controller's classes: all of them by name, and the accepted ones' settings.
@@ -201,6 +204,12 @@ fn resolve_class(
         ],
     );
     Ok(ClassSettings {
+        owner_id: cfg
+            .spec
+            .dns
+            .as_ref()
+            .and_then(|d| d.owner_id.clone())
+            .unwrap_or_else(|| cfg.name_any()),
         dns_owner: cfg
             .spec
             .dns

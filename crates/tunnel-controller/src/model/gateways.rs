@@ -139,20 +139,34 @@ fn gateway_outcome(
         credentials: class.map(|c| c.credentials.clone()),
         ownership: class.and_then(|c| c.ownership.clone()),
         dns_owner: class.and_then(|c| c.dns_owner.clone()),
+        owner_id: class.map(|c| c.owner_id.clone()),
     };
     let refuse = |out: &mut GatewayOutcome, v: Verdict| {
         out.programmed = Verdict::fail("Programmed", "Invalid", v.message.clone());
         out.accepted = v;
     };
-    if let Some(a) = gw.spec.addresses.as_ref().filter(|a| !a.is_empty()) {
+    let requested = gw.spec.addresses.as_deref().unwrap_or_default();
+    let unsupported: Vec<String> = requested
+        .iter()
+        .filter(|a| a.r#type.as_deref().unwrap_or("IPAddress") != "Hostname")
+        .map(|a| {
+            format!(
+                "{} {:?}",
+                a.r#type.as_deref().unwrap_or("IPAddress"),
+                a.value.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    if !unsupported.is_empty() {
         refuse(
             &mut out,
             Verdict::fail(
                 "Accepted",
                 "UnsupportedAddress",
                 format!(
-                    "spec.addresses ({} given) is not supported: the address is the tunnel's <tunnel-id>.cfargotunnel.com",
-                    a.len()
+                    "spec.addresses: only type Hostname is supported (the tunnel's <tunnel-id>{}), not {}",
+                    claims::TUNNEL_HOSTNAME_SUFFIX,
+                    unsupported.join(", ")
                 ),
             ),
         );
@@ -217,6 +231,37 @@ fn gateway_outcome(
             out.accepted_event = Some(event);
             return out;
         }
+    }
+    // Requested addresses: each must be the hostname of the tunnel the Gateway is served by (a
+    // Hostname without value gets it).
+    let own = out
+        .tunnel
+        .as_deref()
+        .map(|t| claims::tunnel_address(t).value);
+    let unusable: Vec<&str> = requested
+        .iter()
+        .filter_map(|a| a.value.as_deref())
+        .filter(|v| Some(v.trim_end_matches('.').to_ascii_lowercase()) != own)
+        .collect();
+    if !unusable.is_empty() {
+        let message = format!(
+            "spec.addresses {} cannot be used: a Gateway's address is the hostname of the tunnel it is served by ({}); nothing is served through it",
+            unusable.join(", "),
+            own.as_deref().unwrap_or("none")
+        );
+        out.programmed = Verdict::fail("Programmed", "AddressNotUsable", message.clone());
+        out.route_refusal = Some(Verdict::fail(
+            "Accepted",
+            "Pending",
+            format!("parent Gateway {key} is not programmed: {message}"),
+        ));
+        out.addresses = claims::status_addresses(gw, None);
+        out.partition = None;
+        out.tunnel = None;
+        if let Plane::Serve(_) = out.plane {
+            out.plane = Plane::Keep;
+        }
+        return out;
     }
     if attachable == 0 {
         refuse(

@@ -408,10 +408,13 @@ fn listener(
         .as_deref()
         .and_then(|d| not_delegated(d, &key.namespace, l));
     let conflict = claims.conflict(l, &key.namespace);
-    let accepted = if let Some((reason, why)) = &conflict {
-        Verdict::fail("Accepted", *reason, why.clone())
-    } else if let Some(why) = &not_owned {
+    // Ownership first: a squatter is told the hostname is not its own, whether or not the
+    // owner's listener happens to rank before it (ListenerSets created in the same second rank
+    // by namespace).
+    let accepted = if let Some(why) = &not_owned {
         Verdict::fail("Accepted", HOSTNAME_NOT_PERMITTED, why.clone())
+    } else if let Some((reason, why)) = &conflict {
+        Verdict::fail("Accepted", *reason, why.clone())
     } else if !protocol_ok {
         Verdict::fail(
             "Accepted",

@@ -114,6 +114,8 @@ pub struct GatewayOutcome {
     pub ownership: Option<Arc<Delegations>>,
     /// The class's DNS records' owner ID when DNS records are on.
     pub dns_owner: Option<String>,
+    /// The class's owner ID, marking its Access applications.
+    pub owner_id: Option<String>,
     pub(super) client_cert: Option<translate::ClientCert>,
 }
 
@@ -169,10 +171,14 @@ pub struct ParentOutcome {
     /// The route is accepted and counted on the listeners it attached through.
     pub attached: bool,
     /// The indices of the listeners it attached through.
-    pub(super) listeners: Vec<usize>,
+    pub(crate) listeners: Vec<usize>,
     /// Hostnames the route serves through this parent (empty: any host); `None` when nothing
-    /// is served: not attached, or attached only through listeners that are not served.
+    /// is served: not attached, or attached only through listeners that are not served, or
+    /// `isolated`.
     pub hostnames: Option<Vec<String>>,
+    /// Attached through served listeners, but each of its hostnames there belongs to a more
+    /// specific listener of the Gateway (listener isolation), so nothing is served.
+    pub isolated: bool,
 }
 
 /// A route and its parents of ours.
@@ -301,6 +307,7 @@ mod tests {
                     attached: false,
                     listeners: Vec::new(),
                     hostnames: None,
+                    isolated: false,
                 })
                 .collect(),
         }

@@ -157,6 +157,7 @@ impl DocumentRule for HttpRule {
         Route::Http(config::HttpRoute {
             name: route.to_owned(),
             hostnames: Vec::new(),
+            excluded_hostnames: Default::default(),
             rules: vec![self],
         })
     }
@@ -167,6 +168,7 @@ impl DocumentRule for GrpcRule {
         Route::Grpc(config::GrpcRoute {
             name: route.to_owned(),
             hostnames: Vec::new(),
+            excluded_hostnames: Default::default(),
             rules: vec![self],
         })
     }

@@ -232,6 +232,7 @@ fn translate_http(world: &World, rules: Value, cert: Option<&ClientCert>) -> Tra
     assert_valid_document(Route::Http(DocHttpRoute {
         name: "shop/r".into(),
         hostnames: vec!["shop.example.com".into()],
+        excluded_hostnames: Default::default(),
         rules: t.rules.clone(),
     }));
     t
@@ -242,6 +243,7 @@ fn translate_grpc(world: &World, rules: Value) -> Translated<GrpcRule> {
     assert_valid_document(Route::Grpc(DocGrpcRoute {
         name: "shop/g".into(),
         hostnames: vec!["grpc.example.com".into()],
+        excluded_hostnames: Default::default(),
         rules: t.rules.clone(),
     }));
     t

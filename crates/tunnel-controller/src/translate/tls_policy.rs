@@ -269,6 +269,7 @@ pub(super) fn check(tls: &BackendTls, protocol: BackendProtocol) -> Result<(), S
         routes: vec![Route::Http(HttpRoute {
             name: "tls-check".to_owned(),
             hostnames: Vec::new(),
+            excluded_hostnames: Default::default(),
             rules: vec![HttpRule {
                 name: None,
                 matches: Vec::new(),

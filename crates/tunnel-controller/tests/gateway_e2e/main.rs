@@ -12,6 +12,7 @@
 
 mod world;
 
+mod access;
 mod bad_input;
 mod cloudflare;
 mod dedicated;

@@ -5,6 +5,10 @@
 //! case runs through [`model::compute`] and [`status::plan`], with the Cloudflare API's claim
 //! verdicts and the round's I/O outcomes ([`Effects`]) given by the case.
 //!
+//! AccessPolicies run through [`access::decide`] and [`access::status_writes`] the same way: the
+//! out file shows the Access applications each installation should hold and the policies'
+//! statuses.
+//!
 //! `UPDATE_GOLDEN=1 cargo test -p tunnel-controller --test model` rewrites the out files.
 
 use std::collections::BTreeMap;
@@ -25,7 +29,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 use tunnel_config::config::Config;
-use tunnel_controller::api::{GatewayClassConfig, GatewayConfig};
+use tunnel_controller::access;
+use tunnel_controller::api::{AccessPolicy, GatewayClassConfig, GatewayConfig};
 use tunnel_controller::conditions::Verdict;
 use tunnel_controller::dedicated::Verification;
 use tunnel_controller::dns::HostVerdict;
@@ -58,6 +63,7 @@ struct Case {
     config_maps: Vec<ConfigMap>,
     namespaces: Vec<Namespace>,
     deployments: Vec<Deployment>,
+    access_policies: Vec<AccessPolicy>,
     /// By tunnel id; a claim not listed is verified.
     verifications: BTreeMap<String, CaseVerification>,
     effects: CaseEffects,
@@ -91,6 +97,10 @@ struct CaseEffects {
     /// DNS verdicts by Gateway (`ns/name`) and hostname: `ready <tunnel>`, `elsewhere <why>`,
     /// `no-zone`, `failed <why>`.
     dns: BTreeMap<String, BTreeMap<String, String>>,
+    /// The Access API's answers: policies (`ns/name`) whose application failed, with why, and
+    /// destinations an application this controller did not make covers (uri → its name).
+    access_failed: BTreeMap<String, String>,
+    access_taken: BTreeMap<String, String>,
 }
 
 /// What the controller decides, projected for reading: times and generations left out.
@@ -118,8 +128,23 @@ struct Out {
     /// Tunnel claims still to verify with the Cloudflare API.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     verify_requests: Vec<String>,
+    /// The Access applications by owner ID and policy.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    access_applications: BTreeMap<String, BTreeMap<String, AccessAppOut>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    access_policies: Vec<PolicyOut>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     events: Vec<EventOut>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AccessAppOut {
+    destinations: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_duration: Option<String>,
+    /// Cloudflare's policies as sent.
+    policies: Vec<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -289,6 +314,7 @@ fn snapshot(case: Case) -> Snapshot {
         namespaces: arcs(case.namespaces),
         class_configs: arcs(case.gateway_class_configs),
         gateway_configs: arcs(case.gateway_configs),
+        access_policies: arcs(case.access_policies),
         deployments: arcs(case.deployments),
         network_policies: Vec::new(),
         hpas: Vec::new(),
@@ -433,6 +459,8 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
         listener_sets: Vec::new(),
         routes: Vec::new(),
         backend_tls_policies: Vec::new(),
+        access_applications: BTreeMap::new(),
+        access_policies: Vec::new(),
         partitions: BTreeMap::new(),
         tunnels: BTreeMap::new(),
         verify_requests: model
@@ -589,6 +617,17 @@ fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
                     })
                     .collect(),
             }),
+            Write::AccessPolicy { key, ancestors, .. } => out.access_policies.push(PolicyOut {
+                name: key.to_string(),
+                ancestors: ancestors
+                    .iter()
+                    .map(|a| AncestorOut {
+                        ancestor_ref: a.ancestor_ref.clone(),
+                        controller_name: a.controller_name.clone(),
+                        conditions: conds(&a.conditions),
+                    })
+                    .collect(),
+            }),
         }
     }
     for (key, plan) in &model.partitions {
@@ -631,13 +670,86 @@ fn run(input: &Path) -> String {
     let mut case: Case =
         serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
     let answers = std::mem::take(&mut case.verifications);
-    let case_effects = std::mem::take(&mut case.effects);
+    let mut case_effects = std::mem::take(&mut case.effects);
+    let access_effects = CaseEffects {
+        access_failed: std::mem::take(&mut case_effects.access_failed),
+        access_taken: std::mem::take(&mut case_effects.access_taken),
+        ..CaseEffects::default()
+    };
     let snap = snapshot(case);
     let model = compute(&snap, &answers);
     let effects = effects(case_effects, &model);
-    let (writes, notices) = status::plan(&model, &effects, CONTROLLER);
-    let out = project(&model, &writes, &notices);
+    let (mut writes, mut notices) = status::plan(&model, &effects, CONTROLLER);
+    let decision = access::decide(
+        &snap.access_policies,
+        &snap.http_routes,
+        &snap.gateways,
+        &model,
+    );
+    let reports = access_reports(&decision, &access_effects);
+    let (more_writes, more_notices) =
+        access::status_writes(&decision, &reports, CONTROLLER, &status::now());
+    writes.extend(more_writes);
+    notices.extend(more_notices);
+    let mut out = project(&model, &writes, &notices);
+    for (scope, apps) in decision.scopes.values() {
+        for (policy, app) in apps {
+            out.access_applications
+                .entry(scope.owner.clone())
+                .or_default()
+                .insert(
+                    policy.to_string(),
+                    AccessAppOut {
+                        destinations: app.uris.iter().cloned().collect(),
+                        session_duration: app.session_duration.clone(),
+                        policies: app
+                            .rules
+                            .iter()
+                            .map(|r| serde_json::to_value(r).unwrap())
+                            .collect(),
+                    },
+                );
+        }
+    }
     serde_saphyr::to_string(&out).expect("the projection serializes")
+}
+
+/// The Access API's answers as the case gives them: every application in place, except the
+/// failed ones, with the foreign destinations left out.
+fn access_reports(
+    decision: &access::Decision,
+    e: &CaseEffects,
+) -> BTreeMap<String, access::AccessReport> {
+    decision
+        .scopes
+        .iter()
+        .map(|(key, (_, apps))| {
+            let apps = apps
+                .iter()
+                .map(|(policy, app)| {
+                    let verdict = match e.access_failed.get(&policy.to_string()) {
+                        Some(why) => access::AppVerdict::Failed(why.clone()),
+                        None => access::AppVerdict::Ready {
+                            taken: e
+                                .access_taken
+                                .iter()
+                                .filter(|(u, _)| app.uris.contains(*u))
+                                .map(|(u, n)| (u.clone(), n.clone()))
+                                .collect(),
+                        },
+                    };
+                    (policy.clone(), verdict)
+                })
+                .collect();
+            (
+                key.clone(),
+                access::AccessReport {
+                    apps,
+                    incomplete: false,
+                },
+            )
+        })
+        .collect()
 }
 
 fn testdata() -> PathBuf {
@@ -738,6 +850,11 @@ const REASONS: &[&str] = &[
     "NoValidCACertificate",
     "Conflicted",
     "InvalidCACertificateRef",
+    // AccessPolicy.
+    "TargetNotFound",
+    "DomainOwnedElsewhere",
+    "AccessAPIError",
+    "NoHostnames",
     // Warning Events only.
     "CloudflareSyncFailed",
     "RenderFailed",

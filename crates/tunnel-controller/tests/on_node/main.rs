@@ -1,8 +1,8 @@
-//! The install as deployed: `kubectl apply -k deploy/tunnel-gateway` on a harness cluster with
-//! the node agent runs the controller's Deployment, the shared plane's Pods and the dedicated
-//! planes the controller renders (the real tunnel-proxy beside the connector stand-in) from the
-//! built binaries, and requests sent to the Cloudflare double's edge travel edge → connector →
-//! proxy Pod → echo-basic Pod.
+//! The install as deployed: `kubectl apply -k deploy/tunnel-gateway` on a harness cluster with the
+//! node agent runs the controller's Deployment, the shared plane's Pods and the dedicated planes
+//! the controller renders (the real tunnel-proxy beside the connector stand-in) from the project's
+//! images (`make images-test`), and requests sent to the Cloudflare double's edge travel edge →
+//! connector → proxy Pod → echo-basic Pod.
 //!
 //! The double runs in this process on host loopback; the node's private network namespace sees
 //! its API and connector port at `10.244.0.1` under the names every Pod's `/etc/hosts` carries.

@@ -1,7 +1,8 @@
 //! What every test of this binary starts from: the Cloudflare double (API, edge and connector
-//! port on host loopback), a harness cluster with the node agent mapping the install's images to
-//! the built binaries, the double exposed inside the node's private network namespace, and the
-//! operator's part of the install done (namespace, Secrets, `kubectl apply -k
+//! port on host loopback), a harness cluster with the node agent running the controller and the
+//! proxy from their images (`make images-test`: unpacked, chrooted, as the non-root user; other
+//! tags of them and the connector map to the built binaries), the double exposed inside the
+//! node's private network namespace, and the operator's part of the install done (namespace, Secrets, `kubectl apply -k
 //! deploy/tunnel-gateway`, the controller pointed at the double, the GatewayClassConfig; or
 //! `helm install` of the chart with those as values). Also the helpers the tests act and look
 //! with: kubectl, requests through the edge and traffic counted through a change, the
@@ -62,8 +63,8 @@ impl Install {
         let serial = SERIAL.lock().await;
         test_cluster::install_crypto_provider();
         let mut binaries =
-            Binaries::beside(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
-                .unwrap_or_else(|e| panic!("{e} (build them first: `cargo build --bins`)"));
+            Binaries::from_images(Path::new(env!("CARGO_BIN_EXE_tunnel-gateway-controller")))
+                .unwrap_or_else(|e| panic!("{e}"));
         for tag in tags {
             binaries.images.extend([
                 (retag(CONTROLLER_IMAGE, tag), binaries.controller.clone()),

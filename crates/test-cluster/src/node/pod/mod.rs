@@ -274,11 +274,13 @@ impl Worker {
         loop {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 self.terminate().await;
-                let volumes = self.pod_dir().join("volumes");
-                if let Err(e) = std::fs::remove_dir_all(&volumes)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    tracing::warn!(pod = %self.name, error = %e, "removing the pod's volumes");
+                for dir in ["volumes", "rootfs"] {
+                    let dir = self.pod_dir().join(dir);
+                    if let Err(e) = std::fs::remove_dir_all(&dir)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        tracing::warn!(pod = %self.name, error = %e, dir = %dir.display(), "removing the pod's files");
+                    }
                 }
                 delete_now(&self.context, &self.namespace, &self.name, &self.uid).await;
                 return;
@@ -486,23 +488,28 @@ impl Worker {
         c.restart_at = None;
         let container = c.spec.name.clone();
         let image = c.spec.image.clone().unwrap_or_default();
-        let Some(executable) = self.context.spec.images.get(&image).cloned() else {
-            let known: Vec<&str> = self
-                .context
-                .spec
-                .images
-                .keys()
-                .map(String::as_str)
-                .collect();
-            let message = format!(
-                "image {image:?} is not in this node's image map (it knows: {}); no image is pulled",
-                known.join(", ")
-            );
-            let event = format!("Failed to pull image {image:?}: {message}");
-            self.wait(i, "ErrImagePull", message, &event).await;
-            return;
+        let source = match self.context.spec.images.get(&image) {
+            Some(executable) => Entrypoint::Executable(executable.clone()),
+            None if self.context.images.has(&image) => Entrypoint::Image(image.clone()),
+            None => {
+                let known: Vec<&str> = self
+                    .context
+                    .spec
+                    .images
+                    .keys()
+                    .map(String::as_str)
+                    .chain(self.context.images.references())
+                    .collect();
+                let message = format!(
+                    "image {image:?} is neither in this node's image map nor in its image store (it knows: {}); no image is pulled",
+                    known.join(", ")
+                );
+                let event = format!("Failed to pull image {image:?}: {message}");
+                self.wait(i, "ErrImagePull", message, &event).await;
+                return;
+            }
         };
-        let (cmd, mount_ns) = match self.command(i, &executable).await {
+        let (cmd, mount_ns, user) = match self.command(i, source).await {
             Ok(cmd) => cmd,
             Err(message) => {
                 let event = format!("Error: {message}");
@@ -528,10 +535,11 @@ impl Worker {
             .map_or(Ok(()), std::fs::create_dir_all)
             .map_err(|e| crate::Error::io(&log, e))
             .and_then(|()| {
-                let mut process = net.spawn_piped(
+                let mut process = net.spawn_piped_as(
                     &format!("{}/{}/{container}", self.namespace, self.name),
                     cmd,
                     &log,
+                    user,
                 )?;
                 crilog::capture(&mut process, &log)?;
                 Ok(process)
@@ -611,11 +619,18 @@ impl Worker {
         self.event("Normal", "Killing", &message).await;
     }
 
-    /// The container's command line and environment: the image's executable stands in for the
-    /// entrypoint; `command[0]` (a path inside the image) is replaced by it, the rest of
-    /// `command` and then `args` follow.
-    /// Also says whether the process gets a mount namespace of its own (volumes, `workingDir`).
-    async fn command(&self, i: usize, executable: &Path) -> Result<(Command, bool), String> {
+    /// The container's command line and environment. For a mapped image its executable stands
+    /// in for the entrypoint: `command[0]` (a path inside the image) is replaced by it, the rest
+    /// of `command` and then `args` follow. For an image of the store, Kubernetes' rules: the
+    /// container's `command` replaces the image's `Entrypoint`, its `args` the image's `Cmd`;
+    /// the image's `Env` comes first; the process runs chrooted in a copy of the image's root.
+    /// Also says whether the process gets a mount namespace of its own (volumes, `workingDir`,
+    /// an image's root) and the user it runs as (`None`: the node's, root).
+    async fn command(
+        &self,
+        i: usize,
+        source: Entrypoint,
+    ) -> Result<(Command, bool, Option<(u32, u32)>), String> {
         let spec = &self.containers[i].spec;
         for p in [
             &spec.startup_probe,
@@ -632,40 +647,123 @@ impl Worker {
         .await?;
         let defined: BTreeMap<&str, &str> =
             vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut cmd = Command::new(executable);
-        if let Some(command) = &spec.command {
-            if let Some(first) = command.first() {
-                std::os::unix::process::CommandExt::arg0(&mut cmd, env::expand(first, &defined));
-            }
-            cmd.args(command.iter().skip(1).map(|a| env::expand(a, &defined)));
-        }
-        cmd.args(spec.args.iter().flatten().map(|a| env::expand(a, &defined)));
-        cmd.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("HOSTNAME", &self.name)
-            .envs(api_env())
-            .envs(vars);
         let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
             .with_extension("d");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let (mut cmd, root, cwd, user) = match source {
+            Entrypoint::Executable(executable) => {
+                let mut cmd = Command::new(executable);
+                if let Some(command) = &spec.command {
+                    if let Some(first) = command.first() {
+                        std::os::unix::process::CommandExt::arg0(
+                            &mut cmd,
+                            env::expand(first, &defined),
+                        );
+                    }
+                    cmd.args(command.iter().skip(1).map(|a| env::expand(a, &defined)));
+                }
+                cmd.args(spec.args.iter().flatten().map(|a| env::expand(a, &defined)));
+                cmd.env_clear().env(
+                    "PATH",
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                );
+                (cmd, None, dir, None)
+            }
+            Entrypoint::Image(reference) => {
+                let root = self.pod_dir().join("rootfs").join(&spec.name);
+                let context = Arc::clone(&self.context);
+                let image = reference.clone();
+                let config = tokio::task::spawn_blocking(move || context.images.config(&image))
+                    .await
+                    .map_err(|e| format!("unpacking the image: {e}"))??;
+                let user = self.user(spec, config.ids().map_err(|e| e.to_string())?)?;
+                let context = Arc::clone(&self.context);
+                let at = root.clone();
+                tokio::task::spawn_blocking(move || {
+                    context.images.root(&reference, &at, user.0 != 0)
+                })
+                .await
+                .map_err(|e| format!("preparing the image's root: {e}"))??;
+                let argv: Vec<String> = match (&spec.command, &spec.args) {
+                    (Some(command), args) => command
+                        .iter()
+                        .chain(args.iter().flatten())
+                        .cloned()
+                        .collect(),
+                    (None, Some(args)) => config
+                        .entrypoint
+                        .iter()
+                        .flatten()
+                        .chain(args)
+                        .cloned()
+                        .collect(),
+                    (None, None) => config
+                        .entrypoint
+                        .iter()
+                        .flatten()
+                        .chain(config.cmd.iter().flatten())
+                        .cloned()
+                        .collect(),
+                };
+                let Some((program, rest)) = argv.split_first() else {
+                    return Err(format!(
+                        "the image {:?} has no entrypoint and the container no command",
+                        spec.image.as_deref().unwrap_or_default()
+                    ));
+                };
+                let mut cmd = Command::new(env::expand(program, &defined));
+                cmd.args(rest.iter().map(|a| env::expand(a, &defined)));
+                cmd.env_clear().envs(
+                    config
+                        .env
+                        .iter()
+                        .flatten()
+                        .filter_map(|e| e.split_once('=')),
+                );
+                let cwd = PathBuf::from(config.working_dir.as_deref().unwrap_or("/"));
+                (cmd, Some(root), cwd, Some(user))
+            }
+        };
+        cmd.env("HOSTNAME", &self.name).envs(api_env()).envs(vars);
         let volumes = self
             .volumes
             .as_ref()
             .ok_or("the pod's volumes are not ready")?;
         let scratch = self.pod_dir().join("mounts").join(&spec.name);
-        match volumes::plan(spec, volumes, &scratch, &dir)? {
+        match volumes::plan(spec, volumes, &scratch, &cwd, root.as_deref())? {
             Some(plan) => {
                 plan.apply(&mut cmd);
-                Ok((cmd, true))
+                Ok((cmd, true, user))
             }
             None => {
-                cmd.current_dir(spec.working_dir.as_deref().map_or(dir.as_path(), Path::new));
-                Ok((cmd, false))
+                cmd.current_dir(spec.working_dir.as_deref().map_or(cwd.as_path(), Path::new));
+                Ok((cmd, false, user))
             }
         }
+    }
+
+    /// The uid and gid a container of an image runs as: `runAsUser` / `runAsGroup` of the
+    /// container's security context, else the Pod's, else the image's user, else root; refused
+    /// (as the kubelet does) when `runAsNonRoot` is set and that is root.
+    fn user(&self, spec: &Container, image: Option<(u32, u32)>) -> Result<(u32, u32), String> {
+        let pod = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref());
+        let own = spec.security_context.as_ref();
+        let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+        let uid = id(own.and_then(|s| s.run_as_user)).or(id(pod.and_then(|s| s.run_as_user)));
+        let gid = id(own.and_then(|s| s.run_as_group)).or(id(pod.and_then(|s| s.run_as_group)));
+        let uid = uid.or(image.map(|i| i.0)).unwrap_or(0);
+        let gid = gid.or(image.map(|i| i.1)).unwrap_or(0);
+        let non_root = own
+            .and_then(|s| s.run_as_non_root)
+            .or(pod.and_then(|s| s.run_as_non_root));
+        if uid == 0 && non_root == Some(true) {
+            return Err("container has runAsNonRoot and image will run as root".into());
+        }
+        Ok((uid, gid))
     }
 
     /// The Pod's directory under the agent's: container logs, volumes, mount points.
@@ -796,6 +894,14 @@ impl Worker {
             self.event("Warning", "Failed", event).await;
         }
     }
+}
+
+/// What runs for a container's image.
+enum Entrypoint {
+    /// The executable [`NodeSpec::image`](super::NodeSpec::image) maps the image to.
+    Executable(PathBuf),
+    /// The image of the node's store with this reference.
+    Image(String),
 }
 
 /// The state of a container whose process exited with `status` (a signal's code as a shell's).

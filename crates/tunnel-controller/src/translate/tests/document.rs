@@ -53,11 +53,13 @@ fn the_rules_of_many_routes_together_form_a_document_the_proxy_accepts() {
             Route::Http(DocHttpRoute {
                 name: "shop/r".into(),
                 hostnames: vec!["shop.example.com".into()],
+                excluded_hostnames: Default::default(),
                 rules: http.rules.clone(),
             }),
             Route::Grpc(DocGrpcRoute {
                 name: "shop/g".into(),
                 hostnames: vec!["grpc.example.com".into()],
+                excluded_hostnames: Default::default(),
                 rules: grpc.rules.clone(),
             }),
         ],
