@@ -578,7 +578,8 @@ impl Controller {
     }
 
     /// Brings each scope's Access applications to the decision. A scope is synced once it has
-    /// applications, and afterwards until they are gone (also when no Gateway uses it any more).
+    /// applications, and afterwards until they are gone (also when no Gateway uses it any more);
+    /// a scope without any is swept once per process (ours of deleted policies removed).
     async fn access_apps(
         &self,
         decision: &crate::access::Decision,
@@ -602,6 +603,15 @@ impl Controller {
         for (key, scope, apps) in scopes {
             keys.insert(key.clone());
             if apps.is_empty() && !self.access.known(key).await {
+                let Ok((client, account)) =
+                    self.tunnels.client_and_account(&scope.credentials).await
+                else {
+                    continue;
+                };
+                if let Some(report) = self.access.sweep(key, scope, &client, &account).await {
+                    outcome.incomplete |= report.incomplete;
+                    reports.insert(key.clone(), report);
+                }
                 continue;
             }
             let report = match self.tunnels.client_and_account(&scope.credentials).await {

@@ -40,6 +40,8 @@ pub struct AccessSync {
     retry: RetryPolicy,
     changes: Family<OpLabel, Counter>,
     last: Mutex<BTreeMap<String, Last>>,
+    /// Scopes looked at once since this process started (see [`AccessSync::sweep`]).
+    swept: Mutex<BTreeSet<String>>,
 }
 
 impl AccessSync {
@@ -48,7 +50,48 @@ impl AccessSync {
             retry,
             changes,
             last: Mutex::default(),
+            swept: Mutex::default(),
         }
+    }
+
+    /// The first time this process sees the scope `key` with no policy wanting an
+    /// application, lists the scope's applications once: ours left by policies deleted while no
+    /// replica led (the memory of what was made is this process's) are then removed through
+    /// [`AccessSync::sync`], whose report is returned. `None`: already swept, or nothing of
+    /// ours is there. A failed listing is logged and not retried (a token without Access
+    /// permission must not fail every round of a cluster that does not use Access).
+    pub async fn sweep(
+        &self,
+        key: &str,
+        scope: &Scope,
+        client: &Client,
+        account: &str,
+    ) -> Option<AccessReport> {
+        if !self.swept.lock().await.insert(key.to_owned()) {
+            return None;
+        }
+        let sleep = tokio::time::sleep;
+        let existing = match retry(&self.retry, sleep, || client.list_access_apps(account)).await {
+            Ok(apps) => apps,
+            Err(e) => {
+                tracing::warn!(owner = scope.owner, error = %e, "listing Access applications to remove those of policies deleted while no replica led failed; not retried");
+                return None;
+            }
+        };
+        let ours = existing
+            .iter()
+            .any(|app| parse_app_name(&app.name).is_some_and(|(owner, _)| owner == scope.owner));
+        if !ours {
+            return None;
+        }
+        tracing::info!(
+            owner = scope.owner,
+            "removing Access applications of policies that no longer exist"
+        );
+        Some(
+            self.sync(key, scope, client, account, &BTreeMap::new())
+                .await,
+        )
     }
 
     fn count(&self, op: &'static str) {

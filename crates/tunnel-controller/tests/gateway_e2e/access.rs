@@ -21,7 +21,7 @@ fn app_name(ns: &str, policy: &str) -> String {
     format!("tunnel-gateway/{CLASS}: {ns}/{policy}")
 }
 
-fn app(ns: &str, policy: &str) -> Option<AccessAppRec> {
+pub fn app(ns: &str, policy: &str) -> Option<AccessAppRec> {
     let name = app_name(ns, policy);
     world()
         .double
@@ -30,7 +30,7 @@ fn app(ns: &str, policy: &str) -> Option<AccessAppRec> {
         .find(|a| a.name == name)
 }
 
-async fn wait_app(
+pub async fn wait_app(
     ns: &str,
     policy: &str,
     what: &str,
@@ -45,7 +45,7 @@ async fn wait_app(
     .await
 }
 
-async fn wait_no_app(ns: &str, policy: &str) {
+pub async fn wait_no_app(ns: &str, policy: &str) {
     eventually(
         &format!("no application of {ns}/{policy}"),
         WAIT,
@@ -106,7 +106,7 @@ async fn wait_policy(ns: &str, name: &str, type_: &str, status: &str, reason: &s
     .await
 }
 
-fn policy(ns: &str, name: &str, target: &str, rules: &str) -> String {
+pub fn policy(ns: &str, name: &str, target: &str, rules: &str) -> String {
     format!(
         r#"
 apiVersion: cf.k8s.lex.la/v1alpha1
@@ -119,7 +119,7 @@ spec:
     )
 }
 
-fn route_target(name: &str) -> String {
+pub fn route_target(name: &str) -> String {
     format!("{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {name}}}")
 }
 

@@ -360,6 +360,16 @@ async fn a_second_replica_takes_over_when_the_leader_dies() {
     ))
     .await;
     wait_route_condition("httproute", &ns, "before", "Accepted", "True", "Accepted").await;
+    // An Access application made by this leader, whose policy is deleted while no replica
+    // leads: the next leader, which never saw it, removes it.
+    apply(&crate::access::policy(
+        &ns,
+        "gone",
+        &crate::access::route_target("before"),
+        "rules:\n  - decision: Allow\n    include: {everyone: true}",
+    ))
+    .await;
+    crate::access::wait_app(&ns, "gone", "created", |_| true).await;
 
     // Only the leader acts: the other replica has made no sync round.
     let leader = lease_holder().await;
@@ -391,6 +401,7 @@ async fn a_second_replica_takes_over_when_the_leader_dies() {
         replicas[at].process.kill();
         replicas.remove(at);
     }
+    kubectl(&["-n", &ns, "delete", "accesspolicy", "gone"]).await;
     apply(&http_route(
         &ns,
         "after",
@@ -406,4 +417,5 @@ async fn a_second_replica_takes_over_when_the_leader_dies() {
         leader,
         "the Lease moved to the survivor"
     );
+    crate::access::wait_no_app(&ns, "gone").await;
 }
