@@ -389,8 +389,8 @@ pub fn chart_dir() -> PathBuf {
 /// Waits for `condition` on `what` in namespace `ns` (`""` for a cluster-scoped object) with
 /// kubectl wait; the error carries every Pod and Event of the cluster.
 ///
-/// A named object (`kind/name`) that a controller has yet to create is waited for first:
-/// `kubectl wait --for=condition=…` on an absent object fails at once with NotFound.
+/// A named object (`kind/name`) that a controller has yet to create is waited for first
+/// (`--for=create`): `kubectl wait --for=condition=…` on an absent object fails at once.
 pub async fn wait(
     cluster: &Cluster,
     ns: &str,
@@ -398,22 +398,16 @@ pub async fn wait(
     condition: &str,
     timeout: &str,
 ) -> Result<(), NodeError> {
+    let for_ = format!("--for={condition}");
     let timeout = format!("--timeout={timeout}");
-    let mut conditions = vec![format!("--for={condition}")];
+    let mut args = vec!["wait", &for_, what, &timeout];
     if what.contains('/') && condition != "delete" {
-        conditions.insert(0, "--for=create".to_owned());
+        args.push("--for=create");
     }
-    let mut outcome = Ok(String::new());
-    for for_ in &conditions {
-        let mut args = vec!["wait", for_, what, &timeout];
-        if !ns.is_empty() {
-            args.extend(["-n", ns]);
-        }
-        outcome = cluster.kubectl_ok(&args).await;
-        if outcome.is_err() {
-            break;
-        }
+    if !ns.is_empty() {
+        args.extend(["-n", ns]);
     }
+    let outcome = cluster.kubectl_ok(&args).await;
     match outcome {
         Ok(_) => Ok(()),
         Err(error) => {
