@@ -558,6 +558,60 @@ async fn round_robin_over_two_connectors() {
     }
 }
 
+/// A connector that registers and refuses every request unprocessed (`REFUSED_STREAM`, what a
+/// connection going away does to a request that crossed its GOAWAY); counts them.
+async fn refusing_connector(
+    connectors: SocketAddr,
+    token: String,
+    refused: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use cloudflare_double::wire::{self, Register, Registered};
+    let mut stream = tokio::net::TcpStream::connect(connectors).await.unwrap();
+    let register = Register {
+        token,
+        connector_id: "00000000-0000-4000-8000-000000000001".into(),
+    };
+    wire::write_line(&mut stream, &register).await.unwrap();
+    let answer: Registered =
+        serde_json::from_slice(&wire::read_line(&mut stream).await.unwrap()).unwrap();
+    assert!(answer.ok, "{:?}", answer.error);
+    let mut conn = h2::server::handshake(stream).await.unwrap();
+    while let Some(Ok((_request, mut respond))) = conn.accept().await {
+        refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        respond.send_reset(h2::Reason::REFUSED_STREAM);
+    }
+}
+
+#[tokio::test]
+async fn a_request_a_connection_refuses_unprocessed_goes_over_another() {
+    let backend = Backend::start().await;
+    let double = double().await;
+    let t = tunnel(&double, simple_ingress(&backend));
+    let edge = double.edge_addr().unwrap();
+    let _good = Standin::spawn(double.connector_addr().unwrap(), &t.token, "5s");
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let refuser = tokio::spawn(refusing_connector(
+        double.connector_addr().unwrap(),
+        t.token.clone(),
+        refused.clone(),
+    ));
+    wait_live(&double, &t.tunnel_id, 2).await;
+
+    // Round robin gives the refusing connection one of the first two requests; the edge sends
+    // it again over the other, and leaves the refusing connection out afterwards.
+    for _ in 0..4 {
+        let a = get(edge, HOST, "/").await;
+        assert_eq!(
+            (a.status, header(&a, "x-origin")),
+            (StatusCode::OK, "backend"),
+            "{}",
+            a.body
+        );
+    }
+    assert_eq!(refused.load(std::sync::atomic::Ordering::SeqCst), 1);
+    refuser.abort();
+}
+
 #[tokio::test]
 async fn registration_needs_a_known_tunnel_and_its_current_secret() {
     let backend = Backend::start().await;

@@ -26,8 +26,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cloudflare_api::ConnectorToken;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body, Incoming};
 use hyper::client::conn::http2 as client_h2;
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
@@ -467,6 +467,16 @@ async fn serve(
         *req.body_mut() = body;
         to_connector = Some(tx);
     }
+    // A request without a body can be sent again as it was: kept for a connection that
+    // refuses it unprocessed.
+    let replay = req.body().is_end_stream().then(|| {
+        let mut head = Request::new(());
+        *head.method_mut() = req.method().clone();
+        *head.uri_mut() = req.uri().clone();
+        *head.version_mut() = req.version();
+        *head.headers_mut() = req.headers().clone();
+        head
+    });
     for (id, mut sender) in conns {
         match sender.try_send_request(req).await {
             Ok(resp) => {
@@ -490,6 +500,15 @@ async fn serve(
                     edge.remove(&tunnel_id, id);
                     req = unsent;
                 }
+                None if replay.is_some() && refused_unprocessed(e.error()) => {
+                    // The connector is going away (GOAWAY) and did not take the request:
+                    // Cloudflare's edge sends it over another connection of the tunnel.
+                    tracing::debug!(connection = id, error = %e.error(), "request refused unprocessed, trying the next connection");
+                    edge.remove(&tunnel_id, id);
+                    let head = replay.as_ref().expect("checked above").clone();
+                    req =
+                        head.map(|()| Empty::new().map_err(|never| match never {}).boxed_unsync());
+                }
                 None => {
                     tracing::warn!(%host, connection = id, error = %e.error(), "request over the tunnel failed");
                     return Ok(page(
@@ -503,6 +522,21 @@ async fn serve(
         }
     }
     Ok(error_1033(&host, &ray))
+}
+
+/// Whether the connector refused a request without processing it: a stream above the last one
+/// its GOAWAY accepted (a graceful shutdown) or reset with `REFUSED_STREAM` (RFC 9113 §8.7:
+/// safe to retry).
+fn refused_unprocessed(error: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// The visitor's `101 Switching Protocols` once the origin switched (the connector's `200` with
