@@ -4,8 +4,10 @@
 //! A worker owns everything of its Pod (the [`PodNetwork`], the [`ManagedProcess`]es), so
 //! whatever ends the worker (the Pod's removal, the agent stopping) ends them too.
 //!
-//! Starting, probing and restarting containers is here; [`stop`] stops them (hooks, signals, grace)
-//! and removes the Pod object; [`status`] writes what the node reports (status and Events).
+//! Starting and restarting containers is here; [`command`] builds a container's process
+//! (command line, environment, user), [`mounts`] the Pod's volumes, [`probes`] runs the probes;
+//! [`stop`] stops the containers (hooks, signals, grace) and removes the Pod object; [`status`]
+//! writes what the node reports (status and Events).
 //!
 //! Native sidecars (init containers with `restartPolicy: Always`) follow the kubelet: each starts
 //! in its turn among the init containers, and the next one (or the app containers) starts only
@@ -13,28 +15,30 @@
 //! whenever it exits, whatever the Pod's restart policy; its readiness counts toward the Pod's;
 //! and it is stopped after the app containers (see [`stop`]).
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::probe::{self, Prober};
-use super::volumes::{self, Volumes};
+use super::crilog;
+use super::probe::Prober;
+use super::volumes::Volumes;
 use super::{Context, now};
-use super::{crilog, env};
-use crate::netns::{GATEWAY, PodNetwork};
+use crate::netns::PodNetwork;
 use crate::process::ManagedProcess;
 
+mod command;
+mod mounts;
+mod probes;
 mod status;
 mod stop;
 
+use command::Entrypoint;
+use probes::Probes;
 use status::state_json;
 use stop::delete_now;
 
@@ -96,16 +100,6 @@ struct ContainerRun {
     cwd: PathBuf,
     /// Whether the current run has a mount namespace of its own (exec hooks join it).
     mount_ns: bool,
-}
-
-/// The probes of one container run, and a pending kill by a failed liveness or startup probe.
-#[derive(Default)]
-struct Probes {
-    startup: Option<Prober>,
-    readiness: Option<Prober>,
-    liveness: Option<Prober>,
-    /// When a container told to stop (SIGTERM) for a failed probe gets SIGKILL.
-    kill_at: Option<Instant>,
 }
 
 impl ContainerRun {
@@ -403,86 +397,6 @@ impl Worker {
         }
     }
 
-    /// Runs container `i`'s due probes; a failed liveness or startup probe stops the container
-    /// (SIGTERM, SIGKILL after the grace period) and the restart policy takes over.
-    async fn probe(&mut self, i: usize) {
-        let Some(ip) = self.net.as_ref().map(PodNetwork::ip) else {
-            return;
-        };
-        let world = Arc::clone(&self.context.world);
-        let pod_grace = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30);
-        let now = Instant::now();
-        let mut events = Vec::new();
-        let Some(net) = self.net.as_ref() else {
-            return;
-        };
-        let c = &mut self.containers[i];
-        let State::Running { process, .. } = &mut c.state else {
-            return;
-        };
-        let exec = probe::ExecIn {
-            net,
-            pid: process.pid(),
-            env: &c.env,
-        };
-        if let Some(at) = c.probes.kill_at {
-            if at <= now {
-                process.kill();
-            }
-            return;
-        }
-        let name = c.spec.name.clone();
-        let mut kill = None;
-        if let Some(startup) = c.probes.startup.as_mut().filter(|p| !p.passing) {
-            if startup.due(now)
-                && let Err(message) = startup.probe(&world, ip, &c.spec, &exec).await
-            {
-                events.push(("Unhealthy", format!("Startup probe failed: {message}")));
-                if startup.failed() {
-                    kill = Some(("startup", startup.termination_grace()));
-                }
-            }
-        } else {
-            if let Some(liveness) = c.probes.liveness.as_mut()
-                && liveness.due(now)
-                && let Err(message) = liveness.probe(&world, ip, &c.spec, &exec).await
-            {
-                events.push(("Unhealthy", format!("Liveness probe failed: {message}")));
-                if liveness.failed() {
-                    kill = Some(("liveness", liveness.termination_grace()));
-                }
-            }
-            if let Some(readiness) = c.probes.readiness.as_mut()
-                && readiness.due(now)
-                && let Err(message) = readiness.probe(&world, ip, &c.spec, &exec).await
-            {
-                events.push(("Unhealthy", format!("Readiness probe failed: {message}")));
-            }
-        }
-        if let Some((kind, grace)) = kill {
-            let grace = grace.unwrap_or(pod_grace).max(0) as u64;
-            process.signal(Signal::SIGTERM);
-            c.probes.kill_at = Some(Instant::now() + Duration::from_secs(grace));
-            events.push((
-                "Killing",
-                format!("Container {name} failed {kind} probe, will be restarted"),
-            ));
-        }
-        for (reason, message) in events {
-            let kind = if reason == "Killing" {
-                "Normal"
-            } else {
-                "Warning"
-            };
-            self.event(kind, reason, &message).await;
-        }
-    }
-
     async fn start_container(&mut self, i: usize) {
         let c = &mut self.containers[i];
         c.restart_at = None;
@@ -619,266 +533,6 @@ impl Worker {
         self.event("Normal", "Killing", &message).await;
     }
 
-    /// The container's command line and environment. For a mapped image its executable stands
-    /// in for the entrypoint: `command[0]` (a path inside the image) is replaced by it, the rest
-    /// of `command` and then `args` follow. For an image of the store, Kubernetes' rules: the
-    /// container's `command` replaces the image's `Entrypoint`, its `args` the image's `Cmd`;
-    /// the image's `Env` comes first; the process runs chrooted in a copy of the image's root.
-    /// Also says whether the process gets a mount namespace of its own (volumes, `workingDir`,
-    /// an image's root) and the user it runs as (`None`: the node's, root).
-    async fn command(
-        &self,
-        i: usize,
-        source: Entrypoint,
-    ) -> Result<(Command, bool, Option<(u32, u32)>), String> {
-        let spec = &self.containers[i].spec;
-        for p in [
-            &spec.startup_probe,
-            &spec.readiness_probe,
-            &spec.liveness_probe,
-        ] {
-            if let Some(message) = p.as_ref().and_then(probe::unsupported) {
-                return Err(message);
-            }
-        }
-        let vars = env::build(&self.context.client, &self.namespace, spec, |path| {
-            self.field(path)
-        })
-        .await?;
-        let defined: BTreeMap<&str, &str> =
-            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let dir = log_path(&self.context.dir, &self.namespace, &self.name, &spec.name)
-            .with_extension("d");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let (mut cmd, root, cwd, user) = match source {
-            Entrypoint::Executable(executable) => {
-                let mut cmd = Command::new(executable);
-                if let Some(command) = &spec.command {
-                    if let Some(first) = command.first() {
-                        std::os::unix::process::CommandExt::arg0(
-                            &mut cmd,
-                            env::expand(first, &defined),
-                        );
-                    }
-                    cmd.args(command.iter().skip(1).map(|a| env::expand(a, &defined)));
-                }
-                cmd.args(spec.args.iter().flatten().map(|a| env::expand(a, &defined)));
-                cmd.env_clear().env(
-                    "PATH",
-                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                );
-                (cmd, None, dir, None)
-            }
-            Entrypoint::Image(reference) => {
-                let root = self.pod_dir().join("rootfs").join(&spec.name);
-                let context = Arc::clone(&self.context);
-                let image = reference.clone();
-                let config = tokio::task::spawn_blocking(move || context.images.config(&image))
-                    .await
-                    .map_err(|e| format!("unpacking the image: {e}"))??;
-                let user = self.user(spec, config.ids().map_err(|e| e.to_string())?)?;
-                let context = Arc::clone(&self.context);
-                let at = root.clone();
-                tokio::task::spawn_blocking(move || {
-                    context.images.root(&reference, &at, user.0 != 0)
-                })
-                .await
-                .map_err(|e| format!("preparing the image's root: {e}"))??;
-                let argv: Vec<String> = match (&spec.command, &spec.args) {
-                    (Some(command), args) => command
-                        .iter()
-                        .chain(args.iter().flatten())
-                        .cloned()
-                        .collect(),
-                    (None, Some(args)) => config
-                        .entrypoint
-                        .iter()
-                        .flatten()
-                        .chain(args)
-                        .cloned()
-                        .collect(),
-                    (None, None) => config
-                        .entrypoint
-                        .iter()
-                        .flatten()
-                        .chain(config.cmd.iter().flatten())
-                        .cloned()
-                        .collect(),
-                };
-                let Some((program, rest)) = argv.split_first() else {
-                    return Err(format!(
-                        "the image {:?} has no entrypoint and the container no command",
-                        spec.image.as_deref().unwrap_or_default()
-                    ));
-                };
-                let mut cmd = Command::new(env::expand(program, &defined));
-                cmd.args(rest.iter().map(|a| env::expand(a, &defined)));
-                cmd.env_clear().envs(
-                    config
-                        .env
-                        .iter()
-                        .flatten()
-                        .filter_map(|e| e.split_once('=')),
-                );
-                let cwd = PathBuf::from(config.working_dir.as_deref().unwrap_or("/"));
-                (cmd, Some(root), cwd, Some(user))
-            }
-        };
-        cmd.env("HOSTNAME", &self.name).envs(api_env()).envs(vars);
-        let volumes = self
-            .volumes
-            .as_ref()
-            .ok_or("the pod's volumes are not ready")?;
-        let scratch = self.pod_dir().join("mounts").join(&spec.name);
-        match volumes::plan(spec, volumes, &scratch, &cwd, root.as_deref())? {
-            Some(plan) => {
-                plan.apply(&mut cmd);
-                Ok((cmd, true, user))
-            }
-            None => {
-                cmd.current_dir(spec.working_dir.as_deref().map_or(cwd.as_path(), Path::new));
-                Ok((cmd, false, user))
-            }
-        }
-    }
-
-    /// The uid and gid a container of an image runs as: `runAsUser` / `runAsGroup` of the
-    /// container's security context, else the Pod's, else the image's user, else root; refused
-    /// (as the kubelet does) when `runAsNonRoot` is set and that is root.
-    fn user(&self, spec: &Container, image: Option<(u32, u32)>) -> Result<(u32, u32), String> {
-        let pod = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.security_context.as_ref());
-        let own = spec.security_context.as_ref();
-        let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
-        let uid = id(own.and_then(|s| s.run_as_user)).or(id(pod.and_then(|s| s.run_as_user)));
-        let gid = id(own.and_then(|s| s.run_as_group)).or(id(pod.and_then(|s| s.run_as_group)));
-        let uid = uid.or(image.map(|i| i.0)).unwrap_or(0);
-        let gid = gid.or(image.map(|i| i.1)).unwrap_or(0);
-        let non_root = own
-            .and_then(|s| s.run_as_non_root)
-            .or(pod.and_then(|s| s.run_as_non_root));
-        if uid == 0 && non_root == Some(true) {
-            return Err("container has runAsNonRoot and image will run as root".into());
-        }
-        Ok((uid, gid))
-    }
-
-    /// The Pod's directory under the agent's: container logs, volumes, mount points.
-    fn pod_dir(&self) -> PathBuf {
-        self.context
-            .dir
-            .join("pods")
-            .join(format!("{}_{}", self.namespace, self.name))
-    }
-
-    /// Brings the volumes up to date with their Secrets, ConfigMaps and tokens.
-    async fn refresh_volumes(&mut self) {
-        self.volumes_refresh = Instant::now() + VOLUME_REFRESH;
-        let Some(volumes) = &self.volumes else {
-            return;
-        };
-        let field = |path: &str| self.field(path);
-        let sources = volumes::Sources {
-            client: &self.context.client,
-            pod: &self.pod,
-            field: &field,
-            api_ca: &self.context.api_ca,
-            hosts: &self.context.spec.hosts,
-        };
-        if let Err(e) = volumes::refresh(&sources, volumes).await {
-            tracing::warn!(pod = %self.name, error = %e, "refreshing the pod's volumes");
-        }
-    }
-
-    /// Prepares the Pod's volumes (again every second while that fails, with a `FailedMount`
-    /// Event for each new reason; the containers wait in `ContainerCreating` meanwhile).
-    async fn mount_volumes(&mut self) {
-        if Instant::now() < self.mount_retry {
-            return;
-        }
-        self.mount_retry = Instant::now() + CONFIG_RETRY;
-        let field = |path: &str| self.field(path);
-        let sources = volumes::Sources {
-            client: &self.context.client,
-            pod: &self.pod,
-            field: &field,
-            api_ca: &self.context.api_ca,
-            hosts: &self.context.spec.hosts,
-        };
-        let prepared = volumes::prepare(&sources, &self.pod_dir().join("volumes")).await;
-        match prepared {
-            Ok(v) => {
-                self.volumes = Some(v);
-                self.mount_error = None;
-            }
-            Err(message) => {
-                // Not those waiting for another reason (refused, or for init containers).
-                for c in &mut self.containers {
-                    if matches!(&c.state, State::Waiting { reason, .. } if reason == "ContainerCreating")
-                    {
-                        c.state = State::Waiting {
-                            reason: "ContainerCreating".into(),
-                            message: message.clone(),
-                        };
-                    }
-                }
-                if self.mount_error.as_ref() != Some(&message) {
-                    self.event("Warning", "FailedMount", &message).await;
-                    self.mount_error = Some(message);
-                }
-            }
-        }
-    }
-
-    /// A downward API field.
-    fn field(&self, path: &str) -> Result<String, String> {
-        let meta = &self.pod.metadata;
-        let from_map = |map: &Option<BTreeMap<String, String>>, key: &str| {
-            map.as_ref()
-                .and_then(|m| m.get(key))
-                .cloned()
-                .unwrap_or_default()
-        };
-        let key = |prefix: &str| {
-            path.strip_prefix(prefix)
-                .and_then(|k| k.strip_suffix("']"))
-                .map(str::to_owned)
-        };
-        Ok(match path {
-            "metadata.name" => self.name.clone(),
-            "metadata.namespace" => self.namespace.clone(),
-            "metadata.uid" => self.uid.clone(),
-            "spec.nodeName" => self.context.spec.name.clone(),
-            "spec.serviceAccountName" => self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.service_account_name.clone())
-                .unwrap_or_default(),
-            "status.podIP" => self.pod_ip(),
-            "status.hostIP" => GATEWAY.to_string(),
-            _ => {
-                if let Some(k) = key("metadata.labels['") {
-                    from_map(&meta.labels, &k)
-                } else if let Some(k) = key("metadata.annotations['") {
-                    from_map(&meta.annotations, &k)
-                } else {
-                    return Err(format!("fieldRef {path} is not supported by this node yet"));
-                }
-            }
-        })
-    }
-
-    fn pod_ip(&self) -> String {
-        self.net
-            .as_ref()
-            .map(|n| n.ip().to_string())
-            .unwrap_or_default()
-    }
-
     /// Puts container `i` in `Waiting` for `reason`, with an Event when that is news.
     async fn wait(&mut self, i: usize, reason: &str, message: String, event: &str) {
         let c = &mut self.containers[i];
@@ -896,14 +550,6 @@ impl Worker {
     }
 }
 
-/// What runs for a container's image.
-enum Entrypoint {
-    /// The executable [`NodeSpec::image`](super::NodeSpec::image) maps the image to.
-    Executable(PathBuf),
-    /// The image of the node's store with this reference.
-    Image(String),
-}
-
 /// The state of a container whose process exited with `status` (a signal's code as a shell's).
 fn exit_state(status: std::process::ExitStatus, started: String) -> State {
     use std::os::unix::process::ExitStatusExt;
@@ -915,21 +561,4 @@ fn exit_state(status: std::process::ExitStatus, started: String) -> State {
         started,
         finished: now(),
     }
-}
-
-/// The `kubernetes` Service's variables the kubelet gives every container; they point at the
-/// API relayed into the node's namespace.
-fn api_env() -> Vec<(String, String)> {
-    let (host, port) = (GATEWAY.to_string(), super::API_PORT);
-    let url = format!("tcp://{host}:{port}");
-    vec![
-        ("KUBERNETES_SERVICE_HOST".into(), host.clone()),
-        ("KUBERNETES_SERVICE_PORT".into(), port.to_string()),
-        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.to_string()),
-        ("KUBERNETES_PORT".into(), url.clone()),
-        (format!("KUBERNETES_PORT_{port}_TCP"), url),
-        (format!("KUBERNETES_PORT_{port}_TCP_PROTO"), "tcp".into()),
-        (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.to_string()),
-        (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
-    ]
 }
