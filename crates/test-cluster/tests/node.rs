@@ -2378,10 +2378,12 @@ async fn a_pod_from_an_image_runs_as_its_user_and_resolves_a_service_name() {
             "metadata": {"name": "proxy"},
             "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "volumes": [{"name": "token", "secret": {"secretName": "proxy"}}],
+                "volumes": [{"name": "token", "secret": {"secretName": "proxy"}},
+                            {"name": "scratch", "emptyDir": {}}],
                 "containers": [{
                     "name": "proxy",
                     "image": "ghcr.io/kube-tenancy/tunnel-proxy:0.1.0",
+                    "securityContext": {"readOnlyRootFilesystem": true},
                     "args": ["--grace-period", "0s", "--log-format", "text"],
                     "env": [
                         {"name": "TUNNEL_TOKEN", "value": "present"},
@@ -2389,7 +2391,8 @@ async fn a_pod_from_an_image_runs_as_its_user_and_resolves_a_service_name() {
                          "value": format!("http://{CONNECTOR_SERVICE}:18091/ready")},
                         {"name": "PROXY_AUTH_TOKEN_FILE", "value": "/var/run/proxy/token"},
                     ],
-                    "volumeMounts": [{"name": "token", "mountPath": "/var/run/proxy"}],
+                    "volumeMounts": [{"name": "token", "mountPath": "/var/run/proxy"},
+                                     {"name": "scratch", "mountPath": "/tmp"}],
                     "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}, "periodSeconds": 1},
                 }],
             },
@@ -2458,6 +2461,24 @@ async fn a_pod_from_an_image_runs_as_its_user_and_resolves_a_service_name() {
     assert_eq!(ids("Groups:"), ["65532"], "{status}");
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     assert_eq!(exe, root.join("usr/local/bin/tunnel-proxy"));
+    // readOnlyRootFilesystem: its root is a read-only mount (the kernel refuses every write),
+    // the Secret volume too, the emptyDir is writable.
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let options = |point: &str| {
+        mountinfo
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .filter(|f| f.len() > 5 && f[4] == point)
+            .map(|f| f[5].split(',').map(str::to_owned).collect::<Vec<_>>())
+            .next_back()
+            .unwrap_or_else(|| panic!("no mount at {point}:\n{mountinfo}"))
+    };
+    assert!(options("/").contains(&"ro".to_owned()), "{mountinfo}");
+    assert!(
+        options("/var/run/proxy").contains(&"ro".to_owned()),
+        "{mountinfo}"
+    );
+    assert!(options("/tmp").contains(&"rw".to_owned()), "{mountinfo}");
     // Nothing of the Pod was mounted on the host or written into the store's copy.
     assert!(!Path::new("/var/run/proxy").exists());
 

@@ -97,7 +97,22 @@ pub(crate) fn plan(
     let mut placed: Vec<(PathBuf, PathBuf)> = Vec::new(); // mountPath → the real source
     let mut shadows: BTreeMap<PathBuf, Shadow> = BTreeMap::new();
     let mut ops = Vec::new();
-    if image_root.is_some() {
+    if let Some(root) = image_root {
+        // `readOnlyRootFilesystem`: the copy is bound onto itself read-only before anything is
+        // mounted into it (its mount points exist by then; mounting on them writes nothing).
+        let read_only = container
+            .security_context
+            .as_ref()
+            .and_then(|s| s.read_only_root_filesystem);
+        if read_only == Some(true) {
+            let root = c_path(root)?;
+            ops.push(Op::Bind {
+                source: root.clone(),
+                target: root.clone(),
+                recursive: false,
+            });
+            ops.push(Op::ReadOnly { target: root });
+        }
         for system in ["/proc", "/dev"] {
             let target = host(Path::new(system));
             std::fs::create_dir_all(&target).map_err(|e| io(&target, e))?;
