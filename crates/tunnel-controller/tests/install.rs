@@ -473,7 +473,9 @@ async fn the_shared_plane_pieces_fit_together() {
         env(proxy, "TUNNEL_PROXY_CONFIG_LISTEN")["value"],
         format!("0.0.0.0:{}", port_number(proxy, "config-api"))
     );
-    let tls_dir = env(proxy, "PROXY_CONFIG_TLS_DIR")["value"].as_str().unwrap();
+    let tls_dir = env(proxy, "PROXY_CONFIG_TLS_DIR")["value"]
+        .as_str()
+        .unwrap();
     let mount = proxy["volumeMounts"]
         .as_array()
         .unwrap()

@@ -322,9 +322,14 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     let np = get_json(&["networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
     let ingress = np["spec"]["ingress"].as_array().unwrap();
     assert_eq!(ingress.len(), 1, "{np}");
+    // The controller pushes over mutual TLS: the config port is 8443, mounted from its Secret.
     assert_eq!(
         ingress[0]["ports"],
-        json!([{"port": 8081, "protocol": "TCP"}])
+        json!([{"port": 8443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "cf-proxy-gw-config-tls"
     );
     let from = &ingress[0]["from"][0];
     assert_eq!(
