@@ -302,6 +302,76 @@ fn tunnel_gateway_values_reach_the_objects() {
     assert!(rule.contains("{{ $labels.hostname }}"), "{rule}");
 }
 
+/// `proxy.configApiTls.enabled` (default true) against its documented opt-out: the controller
+/// pushes in plain HTTP and the shared plane takes them on the admin port, with the Service and
+/// the NetworkPolicy following; on, the plane mounts the controller's Secret and 8443 is the
+/// only port the controller is admitted to.
+#[test]
+fn the_config_api_runs_over_mutual_tls_unless_opted_out() {
+    for enabled in [None, Some(true), Some(false)] {
+        let values = enabled.map_or(String::new(), |e| {
+            format!("proxy: {{configApiTls: {{enabled: {e}}}}}")
+        });
+        let tls = enabled != Some(false);
+        let objects = objects(TUNNEL_GATEWAY, &values);
+        let controller = &get(&objects, "Deployment", "tunnel-gateway-controller")["spec"];
+        let c = container(&controller["template"]["spec"], "controller");
+        assert_eq!(
+            env(c, "CF_CONFIG_API_TLS").map(|e| e["value"].clone()),
+            (!tls).then(|| "false".into()),
+            "{values}"
+        );
+        let pod = &get(&objects, "Deployment", "tunnel-proxy")["spec"]["template"]["spec"];
+        let proxy = container(pod, "proxy");
+        let ports: Vec<(String, u64)> = proxy["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["containerPort"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let service = &get(&objects, "Service", "tunnel-proxy-config")["spec"]["ports"];
+        let policy = &get(&objects, "NetworkPolicy", "tunnel-proxy")["spec"]["ingress"];
+        if tls {
+            assert!(ports.contains(&("config-api".into(), 8443)), "{ports:?}");
+            assert_eq!(
+                env(proxy, "PROXY_CONFIG_TLS_DIR").unwrap()["value"],
+                proxy["volumeMounts"][0]["mountPath"]
+            );
+            assert_eq!(
+                pod["volumes"][0]["secret"]["secretName"],
+                "tunnel-proxy-config-tls"
+            );
+            assert_eq!(
+                service[0],
+                serde_json::json!({"name": "config-api", "port": 8443, "targetPort": "config-api", "protocol": "TCP"})
+            );
+            assert_eq!(
+                policy[0]["ports"],
+                serde_json::json!([{"protocol": "TCP", "port": 8443}])
+            );
+        } else {
+            assert!(!ports.iter().any(|(_, p)| *p == 8443), "{ports:?}");
+            assert!(env(proxy, "PROXY_CONFIG_TLS_DIR").is_none());
+            assert!(proxy.get("volumeMounts").is_none() && pod.get("volumes").is_none());
+            assert_eq!(
+                service[0],
+                serde_json::json!({"name": "config-api", "port": 8081, "targetPort": "admin", "protocol": "TCP"})
+            );
+            assert_eq!(
+                policy[0]["ports"],
+                serde_json::json!([{"protocol": "TCP", "port": 8081}])
+            );
+        }
+        assert!(ports.contains(&("admin".into(), 8081)), "{ports:?}");
+        assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], "admin");
+    }
+}
+
 #[test]
 fn resource_proxy_values_reach_the_objects() {
     let defaults = objects(RESOURCE_PROXY, "");

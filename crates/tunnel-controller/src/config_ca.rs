@@ -31,7 +31,8 @@ pub enum CaError {
     Pki(#[from] PkiError),
 }
 
-fn value(secret: &Secret, key: &str) -> Option<String> {
+/// The key `key` of `secret` as text (`None`: absent, blank or not UTF-8).
+pub fn value(secret: &Secret, key: &str) -> Option<String> {
     let bytes = secret.data.as_ref()?.get(key)?;
     String::from_utf8(bytes.0.clone())
         .ok()

@@ -22,6 +22,7 @@ use tunnel_config::config_api::ClientIdentity;
 use crate::config_ca::{self, plane_secret};
 use crate::config_pki::{
     CaSecret, LEAF_LIFETIME, der_issued_by, issue_client, needs_renewal, plane_names, trust_bundle,
+    validity,
 };
 use crate::names;
 use crate::push::{TlsTarget, Transport};
@@ -63,6 +64,23 @@ impl RoundCa {
         self.ca.previous.is_some()
     }
 
+    /// The earliest end (Unix seconds) among the trusted CAs.
+    pub fn ca_not_after(&self) -> Option<i64> {
+        [&self.ca.active, &self.ca.previous]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| validity(&c.cert_pem).map(|(_, to)| to))
+            .min()
+    }
+
+    /// The earliest end (Unix seconds) among the controller's client certificates.
+    pub fn client_not_after(&self) -> Option<i64> {
+        self.identities
+            .iter()
+            .filter_map(|id| validity(&id.cert_pem).map(|(_, to)| to))
+            .min()
+    }
+
     /// Whether `presented` (a pod's serving certificate, DER) was issued by the active CA.
     pub fn on_active(&self, presented: Option<&[u8]>) -> bool {
         self.ca
@@ -70,6 +88,13 @@ impl RoundCa {
             .as_ref()
             .is_some_and(|a| presented_by(presented, &a.cert_pem))
     }
+}
+
+/// How to push to a plane, and when the serving certificate of its Secret ends (Unix seconds;
+/// `None`: the Secret holds none yet).
+pub struct PlaneTls {
+    pub transport: Transport,
+    pub serving_not_after: Option<i64>,
 }
 
 /// Where a plane's TLS Secret lives and which Service names its certificate carries.
@@ -184,7 +209,7 @@ impl ConfigTls {
         target: &PlaneTarget<'_>,
         snap: &Snapshot,
         now: SystemTime,
-    ) -> Result<Transport, String> {
+    ) -> Result<PlaneTls, String> {
         let (ns, name) = (target.namespace, target.secret);
         let names = plane_names(target.service, ns);
         let existing = find(snap, ns, name);
@@ -206,6 +231,12 @@ impl ConfigTls {
         }
         let desired =
             plane_secret(existing, &round.ca, ns, name, &names, now).map_err(|e| e.to_string())?;
+        let serving_not_after = desired
+            .as_ref()
+            .or(existing)
+            .and_then(|s| config_ca::value(s, config_ca::plane_keys::CERT))
+            .and_then(|pem| validity(&pem))
+            .map(|(_, to)| to);
         if let Some(mut desired) = desired {
             if let Some(gw) = target.gateway {
                 let owner = names::gateway_owner(gw)
@@ -231,11 +262,14 @@ impl ConfigTls {
                 Err(e) => return Err(format!("writing Secret {ns}/{name}: {e}")),
             }
         }
-        Ok(Transport::Tls(Arc::new(TlsTarget {
-            trust_pem: round.bundle.clone(),
-            identities: round.identities.clone(),
-            plane_name: names[0].clone(),
-        })))
+        Ok(PlaneTls {
+            transport: Transport::Tls(Arc::new(TlsTarget {
+                trust_pem: round.bundle.clone(),
+                identities: round.identities.clone(),
+                plane_name: names[0].clone(),
+            })),
+            serving_not_after,
+        })
     }
 }
 

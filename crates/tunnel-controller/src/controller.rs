@@ -21,14 +21,17 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Notify, watch};
 
 use crate::access::{AccessReport, AccessSync};
-use crate::config_tls::{ConfigTls, PlaneTarget, RoundCa, presented_by};
+use crate::config_expiry::{self, PlaneCerts};
+use crate::config_tls::{ConfigTls, PlaneTarget, PlaneTls, RoundCa, presented_by};
 use crate::credentials::secret_value;
 use crate::dedicated::provision::Provisioner;
 use crate::dedicated::{AuthToken, Verification};
 use crate::dns::{DnsSync, HostVerdict};
 use crate::ingress;
 use crate::keys::{ObjKey, PartitionKey};
-use crate::metrics::{KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, TunnelLabel};
+use crate::metrics::{
+    KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, TlsExpiryLabels, TunnelLabel,
+};
 use crate::model::{self, Model, Plane, Settings};
 use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
@@ -83,6 +86,8 @@ pub struct Controller {
     metrics: Metrics,
     /// The refusal reasons the last round published (a reason gone is set to 0, not dropped).
     refusal_reasons: std::sync::Mutex<BTreeSet<String>>,
+    /// The planes whose certificate expiry series the last round published.
+    tls_planes: std::sync::Mutex<BTreeSet<String>>,
     changed: Arc<Notify>,
 }
 
@@ -132,6 +137,7 @@ impl Controller {
             last_tunnels: std::sync::Mutex::default(),
             metrics: p.metrics,
             refusal_reasons: std::sync::Mutex::default(),
+            tls_planes: std::sync::Mutex::default(),
             changed: p.changed,
         }
     }
@@ -144,6 +150,13 @@ impl Controller {
         let mut last_end: Option<Instant> = None;
         loop {
             while !*leader.borrow() {
+                // Only the leader's view is current: a follower publishes no expiry dates (an
+                // old leader's would go stale and look like certificates nearing their end).
+                self.metrics.config_tls_expiry.clear();
+                self.tls_planes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
                 if leader.changed().await.is_err() {
                     return;
                 }
@@ -320,10 +333,14 @@ impl Controller {
                     Some((tls, r))
                 }
             };
+            let mut certs = BTreeMap::new();
             for ((key, plan), (endpoints, token)) in model.partitions.iter().zip(targets) {
                 let transport = match &round_ca {
                     None => Ok(Transport::Plain),
-                    Some((_, Err(e))) => Err(e.clone()),
+                    Some((_, Err(e))) => {
+                        certs.insert(key.clone(), PlaneCerts::unavailable(e));
+                        Err(e.clone())
+                    }
                     Some((tls, Ok(round))) => {
                         if round.rotating() {
                             self.recheck_planes(
@@ -334,7 +351,9 @@ impl Controller {
                                 &mut outcome,
                             );
                         }
-                        self.plane_transport(tls, round, key, &model, &snap).await
+                        let plane = self.plane_transport(tls, round, key, &model, &snap).await;
+                        certs.insert(key.clone(), plane_certs(round, plane.as_ref()));
+                        plane.map(|p| p.transport)
                     }
                 };
                 if let Err(e) = &transport {
@@ -374,15 +393,25 @@ impl Controller {
             }
             planes.retain(|k| model.partitions.contains_key(k));
             // The shared plane's pods mount its Secret whether or not a Gateway uses it yet.
-            if let Some((tls, Ok(round))) = &round_ca
-                && !model.partitions.contains_key(&PartitionKey::Shared)
-                && let Err(e) = self
-                    .plane_transport(tls, round, &PartitionKey::Shared, &model, &snap)
-                    .await
-            {
-                tracing::warn!(error = %e, "the shared plane's config API TLS Secret not written");
-                outcome.incomplete = true;
+            if !model.partitions.contains_key(&PartitionKey::Shared) {
+                match &round_ca {
+                    None => {}
+                    Some((_, Err(e))) => {
+                        certs.insert(PartitionKey::Shared, PlaneCerts::unavailable(e));
+                    }
+                    Some((tls, Ok(round))) => {
+                        let plane = self
+                            .plane_transport(tls, round, &PartitionKey::Shared, &model, &snap)
+                            .await;
+                        if let Err(e) = &plane {
+                            tracing::warn!(error = %e, "the shared plane's config API TLS Secret not written");
+                            outcome.incomplete = true;
+                        }
+                        certs.insert(PartitionKey::Shared, plane_certs(round, plane.as_ref()));
+                    }
+                }
             }
+            effects.config_tls = self.publish_expiry(&certs);
         }
 
         let pushed = started.elapsed();
@@ -719,6 +748,57 @@ impl Controller {
         }
     }
 
+    /// The expiry series of this round's planes (those of planes gone removed) and each plane's
+    /// condition ([`config_expiry::verdict`]).
+    fn publish_expiry(
+        &self,
+        certs: &BTreeMap<PartitionKey, PlaneCerts>,
+    ) -> BTreeMap<PartitionKey, crate::conditions::Verdict> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let family = &self.metrics.config_tls_expiry;
+        let mut published = self
+            .tls_planes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut verdicts = BTreeMap::new();
+        let mut planes = BTreeSet::new();
+        for (key, c) in certs {
+            let plane = config_expiry::plane_label(key);
+            for (kind, at) in c.series() {
+                let labels = TlsExpiryLabels {
+                    plane: plane.clone(),
+                    kind,
+                };
+                match at {
+                    Some(at) => {
+                        family.get_or_create(&labels).set(at);
+                    }
+                    None => {
+                        family.remove(&labels);
+                    }
+                }
+            }
+            let verdict = config_expiry::verdict(&plane, c, now);
+            if !verdict.status {
+                tracing::warn!(plane = %plane, reason = %verdict.reason, "{}", verdict.message);
+            }
+            verdicts.insert(key.clone(), verdict);
+            planes.insert(plane);
+        }
+        for gone in published.difference(&planes) {
+            for (kind, _) in PlaneCerts::default().series() {
+                family.remove(&TlsExpiryLabels {
+                    plane: gone.clone(),
+                    kind,
+                });
+            }
+        }
+        *published = planes;
+        verdicts
+    }
+
     /// Writes a partition's TLS Secret when it must change; how to push to it.
     async fn plane_transport(
         &self,
@@ -727,7 +807,7 @@ impl Controller {
         key: &PartitionKey,
         model: &Model,
         snap: &crate::world::Snapshot,
-    ) -> Result<Transport, String> {
+    ) -> Result<PlaneTls, String> {
         let now = std::time::SystemTime::now();
         match key {
             PartitionKey::Shared => {
@@ -838,6 +918,17 @@ impl Controller {
 }
 
 const AUTH_TOKEN_KEY: &str = crate::api::DEFAULT_AUTH_TOKEN_KEY;
+
+/// A plane's certificates this round: the CAs and client certificates of `round`, the serving
+/// certificate of its Secret, or why the Secret is unavailable.
+fn plane_certs(round: &RoundCa, plane: Result<&PlaneTls, &String>) -> PlaneCerts {
+    PlaneCerts {
+        ca: round.ca_not_after(),
+        client: round.client_not_after(),
+        serving: plane.ok().and_then(|p| p.serving_not_after),
+        problem: plane.err().cloned(),
+    }
+}
 
 /// 32 random bytes, hex.
 pub fn random_token() -> String {

@@ -36,7 +36,9 @@
 //! - [`push`]: config push to a partition's proxies, versions and push health (TG-4, TG-10),
 //!   over mutual TLS (or plain HTTP, opted out).
 //! - [`config_pki`]: the config API's certificates from the controller's CA (pure issuance,
-//!   the CA's create/rotate/retire decision); [`config_ca`]: its Secret, read and written.
+//!   the CA's create/rotate/retire decision); [`config_ca`]: its Secret, read and written;
+//!   [`config_tls`]: both driven by the sync loop; [`config_expiry`]: whether a plane's
+//!   certificates are missing or near their end (a pure verdict, the metric's series).
 //! - [`status`]: status writes (skipping no-ops, keeping other controllers' parents) and Events.
 //! - [`metrics`]: the `cftunnel_*` controller series (TG-12).
 
@@ -44,6 +46,7 @@ pub mod access;
 pub mod api;
 pub mod conditions;
 pub mod config_ca;
+pub mod config_expiry;
 pub mod config_pki;
 pub mod config_tls;
 pub mod controller;

@@ -208,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
                 default_proxy_image: cli.proxy_image.clone(),
                 connector_image: cli.connector_image.clone(),
                 drain_grace_seconds: cli.drain_grace_seconds,
+                config_tls: cli.config_api_tls,
             },
         ),
         config_tls: cli.config_api_tls.then(|| {

@@ -37,6 +37,14 @@ pub struct PushLabels {
     pub result: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TlsExpiryLabels {
+    /// `shared` or `<namespace>/<gateway>`.
+    pub plane: String,
+    /// `ca`, `serving` or `client`.
+    pub kind: &'static str,
+}
+
 /// Every series of the controller.
 #[derive(Clone)]
 pub struct Metrics {
@@ -61,6 +69,9 @@ pub struct Metrics {
     pub refused_parents: Family<ReasonLabel, Gauge>,
     /// Route parents losing requests to a route of another namespace, as of the last round.
     pub shadowed_parents: Gauge,
+    /// When each plane's config API certificates end (Unix seconds), as of the last round
+    /// ([`crate::config_expiry`]); a plane gone or a certificate missing has no series.
+    pub config_tls_expiry: Family<TlsExpiryLabels, Gauge>,
 }
 
 impl Metrics {
@@ -78,6 +89,7 @@ impl Metrics {
             access_changes: Family::default(),
             refused_parents: Family::default(),
             shadowed_parents: Gauge::default(),
+            config_tls_expiry: Family::default(),
         };
         registry.register(
             "cftunnel_sync_duration_seconds",
@@ -124,6 +136,11 @@ impl Metrics {
             "Route parents losing requests to a route of another namespace (RouteShadowed)",
             m.shadowed_parents.clone(),
         );
+        registry.register(
+            "cftunnel_config_tls_expiry_timestamp_seconds",
+            "When a data plane's config API certificates end (Unix seconds), by plane and kind (ca, serving, client)",
+            m.config_tls_expiry.clone(),
+        );
         m
     }
 }
@@ -147,12 +164,19 @@ mod tests {
         m.reconciles
             .get_or_create(&KindLabel { kind: "Gateway" })
             .inc();
+        m.config_tls_expiry
+            .get_or_create(&TlsExpiryLabels {
+                plane: "shop/web".into(),
+                kind: "serving",
+            })
+            .set(1_800_000_000);
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
         for series in [
             "cftunnel_sync_duration_seconds_bucket{",
             "cftunnel_ingress_rules{tunnel=\"t\"} 3",
             "cftunnel_reconcile_total{kind=\"Gateway\"} 1",
+            "cftunnel_config_tls_expiry_timestamp_seconds{plane=\"shop/web\",kind=\"serving\"} 1800000000",
         ] {
             assert!(out.contains(series), "missing {series} in\n{out}");
         }

@@ -79,6 +79,10 @@ pub struct Effects {
     pub ingress: BTreeMap<String, BTreeSet<String>>,
     /// DNS verdicts by Gateway and hostname, for the Gateways whose class has DNS records on.
     pub dns: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>,
+    /// The config API certificates' condition of each plane ([`crate::config_expiry`]); empty
+    /// with TLS off. The shared plane's goes on every GatewayClass, a dedicated plane's on its
+    /// Gateway.
+    pub config_tls: BTreeMap<PartitionKey, Verdict>,
 }
 
 /// A status the API server should hold, when it differs from what it holds.
@@ -161,12 +165,9 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
             .as_ref()
             .and_then(|s| s.conditions.clone())
             .unwrap_or_default();
-        let conditions = merge(
-            &current,
-            std::slice::from_ref(&c.accepted),
-            class.metadata.generation,
-            &now,
-        );
+        let mut verdicts = vec![c.accepted.clone()];
+        verdicts.extend(effects.config_tls.get(&PartitionKey::Shared).cloned());
+        let conditions = merge(&current, &verdicts, class.metadata.generation, &now);
         notice_failures(&mut notices, class.as_ref(), &current, &conditions);
         let features: Vec<GatewayClassStatusSupportedFeatures> = SUPPORTED_FEATURES
             .iter()
@@ -242,12 +243,11 @@ pub fn plan(model: &Model, effects: &Effects, controller_name: &str) -> (Vec<Wri
                 ),
             );
         }
-        let conditions = merge(
-            &current_conditions,
-            &[accepted, programmed, g.resolved_refs.clone()],
-            generation,
-            &now,
-        );
+        let mut verdicts = vec![accepted, programmed, g.resolved_refs.clone()];
+        if let Some(partition @ PartitionKey::Dedicated(_)) = &g.partition {
+            verdicts.extend(effects.config_tls.get(partition).cloned());
+        }
+        let conditions = merge(&current_conditions, &verdicts, generation, &now);
         let first = notices.len();
         notice_failures(&mut notices, gw.as_ref(), &current_conditions, &conditions);
         for n in &mut notices[first..] {

@@ -459,11 +459,52 @@ async fn the_shared_plane_pieces_fit_together() {
     // Traffic only through the connector: the data-plane port is on loopback.
     assert_eq!(env(proxy, "TUNNEL_PROXY_LISTEN")["value"], "127.0.0.1:8080");
     assert_eq!(port_number(proxy, "http"), 8080);
-    assert_eq!(port_number(proxy, "config-api"), 8081);
+    assert_eq!(port_number(proxy, "admin"), 8081);
     assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], "config-api");
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], "admin");
     assert_eq!(proxy["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(proxy["livenessProbe"]["httpGet"]["port"], "config-api");
+    assert_eq!(proxy["livenessProbe"]["httpGet"]["port"], "admin");
+
+    // The config API over mutual TLS, on by default: the proxy serves it on 8443 from the
+    // Secret the controller writes (--shared-plane-tls-secret, whose default the controller
+    // keeps), and the controller pushes over TLS (no CF_CONFIG_API_TLS=false).
+    assert_eq!(port_number(proxy, "config-api"), 8443);
+    assert_eq!(
+        env(proxy, "TUNNEL_PROXY_CONFIG_LISTEN")["value"],
+        format!("0.0.0.0:{}", port_number(proxy, "config-api"))
+    );
+    let tls_dir = env(proxy, "PROXY_CONFIG_TLS_DIR")["value"]
+        .as_str()
+        .unwrap();
+    let mount = proxy["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == tls_dir)
+        .unwrap_or_else(|| panic!("nothing mounted at {tls_dir}"));
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(
+        volume["secret"],
+        serde_json::json!({"secretName": "tunnel-proxy-config-tls"})
+    );
+    let controller_env = container(
+        find(&objects, "Deployment", "tunnel-gateway-controller"),
+        "controller",
+    )["env"]
+        .as_array()
+        .unwrap();
+    assert!(
+        controller_env
+            .iter()
+            .all(|e| e["name"] != "CF_CONFIG_API_TLS" && e["name"] != "CF_SHARED_PLANE_TLS_SECRET"),
+        "{controller_env:?}"
+    );
 
     // The config-API token is the Secret the controller creates (--shared-plane-auth-secret).
     assert_eq!(
@@ -485,7 +526,7 @@ async fn the_shared_plane_pieces_fit_together() {
     assert_eq!(names, ["cloudflared"]);
     let startup = &proxy["startupProbe"];
     assert_eq!(startup["httpGet"]["path"], "/readyz");
-    assert_eq!(startup["httpGet"]["port"], "config-api");
+    assert_eq!(startup["httpGet"]["port"], "admin");
     assert_eq!(startup["periodSeconds"], 1);
     let patience =
         startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
@@ -540,10 +581,10 @@ async fn the_shared_plane_pieces_fit_together() {
     assert!(selects(&service["spec"]["selector"], labels));
     assert_eq!(
         service["spec"]["ports"],
-        serde_json::json!([{"name": "config-api", "port": 8081, "targetPort": "config-api", "protocol": "TCP"}])
+        serde_json::json!([{"name": "config-api", "port": 8443, "targetPort": "config-api", "protocol": "TCP"}])
     );
 
-    // Only the controller's pods, by labels and namespace, reach 8081; nothing else is allowed.
+    // Only the controller's pods, by labels and namespace, reach 8443; nothing else is allowed.
     let controller = find(&objects, "Deployment", "tunnel-gateway-controller");
     let policy = find(&objects, "NetworkPolicy", "tunnel-proxy");
     assert!(selects(
@@ -558,7 +599,7 @@ async fn the_shared_plane_pieces_fit_together() {
     assert_eq!(ingress.len(), 1, "{ingress:?}");
     assert_eq!(
         ingress[0]["ports"],
-        serde_json::json!([{"protocol": "TCP", "port": 8081}])
+        serde_json::json!([{"protocol": "TCP", "port": 8443}])
     );
     let from = ingress[0]["from"].as_array().unwrap();
     assert_eq!(from.len(), 1, "one peer holding both selectors: {from:?}");

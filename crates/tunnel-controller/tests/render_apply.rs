@@ -61,6 +61,7 @@ fn inputs() -> RenderInputs {
         drain_grace_seconds: 30,
         tunnel_token: "tunnel-token-value".into(),
         auth_token: generate_auth_token(),
+        config_tls: true,
     }
 }
 

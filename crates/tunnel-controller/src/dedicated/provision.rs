@@ -41,6 +41,8 @@ pub struct RenderBase {
     pub default_proxy_image: Option<String>,
     pub connector_image: String,
     pub drain_grace_seconds: i64,
+    /// The controller pushes over mutual TLS: the planes mount their TLS Secret.
+    pub config_tls: bool,
 }
 
 /// What provisioning found.
@@ -80,6 +82,7 @@ impl Provisioner {
             drain_grace_seconds: self.base.drain_grace_seconds,
             tunnel_token: tunnel_token.to_owned(),
             auth_token: auth_token.to_owned(),
+            config_tls: self.base.config_tls,
         }
     }
 

@@ -4,6 +4,11 @@
 //! controller, the HPA when autoscaling is set, the PodDisruptionBudget when the plane runs more
 //! than one pod, and the generated config-API token Secret when the GatewayConfig brings none.
 //!
+//! With the config API over mutual TLS (the controller's default) the proxy mounts the Secret
+//! `cf-proxy-<gw>-config-tls` the controller writes ([`crate::config_tls`]) and takes pushes on
+//! 8443 only; the admin port 8081 keeps the probes and `/metrics`. The Service and the
+//! NetworkPolicy follow: the controller reaches 8443, monitoring 8081.
+//!
 //! The proxy is a native sidecar (an init container with `restartPolicy: Always`) and the
 //! connector the main container: the kubelet starts the connector only once the proxy's startup
 //! probe (`/readyz`: a config is loaded) passes, so a connector never registers with Cloudflare
@@ -35,8 +40,8 @@ use k8s_openapi::api::autoscaling::v2::{
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint,
+    Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -72,9 +77,20 @@ pub const ANNOTATION_AUTH_TOKEN_HASH: &str = "cf.k8s.lex.la/auth-token-hash";
 
 /// The proxy's data port (traffic from the connector over localhost; no in-cluster ingress).
 pub const PROXY_PORT: i32 = 8080;
-/// The proxy's config API, `/metrics`, `/healthz`, `/readyz`.
-pub const CONFIG_API_PORT: i32 = 8081;
+/// The proxy's admin port: `/metrics`, `/healthz`, `/readyz`, and the config API in plain HTTP
+/// when the controller runs without TLS.
+pub const ADMIN_PORT: i32 = 8081;
+pub const ADMIN_PORT_NAME: &str = "admin";
+/// The config API over mutual TLS (`--config-listen`).
+pub const CONFIG_API_TLS_PORT: i32 = 8443;
+/// The config Service's port (and, with TLS, the container's 8443).
 pub const CONFIG_API_PORT_NAME: &str = "config-api";
+/// Where the proxy reads its config API certificates (`--config-tls-dir`).
+const CONFIG_TLS_DIR: &str = "/etc/tunnel-proxy/config-tls";
+const CONFIG_TLS_VOLUME: &str = "config-tls";
+/// The API server's default `defaultMode` of a Secret volume (0644), written out so the
+/// rendered object compares equal to the live one.
+const SECRET_VOLUME_DEFAULT_MODE: i32 = 0o644;
 /// cloudflared's metrics server: `/ready` there is the connector's readiness, probed by the
 /// kubelet (the NetworkPolicy admits no pod to it).
 const CONNECTOR_METRICS_PORT: i32 = 20241;
@@ -121,6 +137,9 @@ pub struct RenderInputs {
     /// The config-API token's value: the `authTokenSecretRef` Secret's, else the generated
     /// Secret's (from [`generate_auth_token`] when it does not exist yet).
     pub auth_token: String,
+    /// The controller pushes over mutual TLS (its `--config-api-tls`): the proxy mounts the
+    /// plane's TLS Secret and serves the config API on [`CONFIG_API_TLS_PORT`] only.
+    pub config_tls: bool,
 }
 
 /// The plane of one Gateway.
@@ -281,12 +300,16 @@ pub fn render(
         ),
     ]);
 
+    let tls_secret = inputs
+        .config_tls
+        .then_some(names.config_tls_secret.as_str());
     let pod = pod_spec(
         &image,
         config,
         inputs,
         &tunnel_secret,
         &auth_secret,
+        tls_secret,
         &selector,
     );
 
@@ -326,8 +349,14 @@ pub fn render(
         status: None,
     };
 
-    let config_service = config_service(meta(&names.config_service), &selector);
-    let network_policy = network_policy(meta(&names.network_policy), &selector, inputs);
+    let config_port = if inputs.config_tls {
+        CONFIG_API_TLS_PORT
+    } else {
+        ADMIN_PORT
+    };
+    let config_service = config_service(meta(&names.config_service), &selector, config_port);
+    let network_policy =
+        network_policy(meta(&names.network_policy), &selector, inputs, config_port);
     let hpa = autoscaling.map(|a| hpa(meta(&names.deployment), &names.deployment, a));
     let pdb = (min_pods > 1).then(|| pdb(meta(&names.deployment), &selector));
 
@@ -342,13 +371,15 @@ pub fn render(
 }
 
 /// The proxy (a sidecar) and the connector, locked down: non-root, read-only root filesystem, no
-/// capabilities, no service-account token, RuntimeDefault seccomp.
+/// capabilities, no service-account token, RuntimeDefault seccomp. With `tls_secret` the proxy
+/// mounts it (a required volume: the pods wait until the controller has written it).
 fn pod_spec(
     image: &str,
     config: &GatewayConfig,
     inputs: &RenderInputs,
     tunnel_secret: &SecretKeySelector,
     auth_secret: &SecretKeySelector,
+    tls_secret: Option<&str>,
     selector: &BTreeMap<String, String>,
 ) -> PodSpec {
     let grace = inputs.drain_grace_seconds.max(0);
@@ -357,7 +388,19 @@ fn pod_spec(
             image,
             config.spec.resources.clone(),
             auth_secret,
+            tls_secret.is_some(),
         )]),
+        volumes: tls_secret.map(|secret| {
+            vec![Volume {
+                name: CONFIG_TLS_VOLUME.to_owned(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.to_owned()),
+                    default_mode: Some(SECRET_VOLUME_DEFAULT_MODE),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            }]
+        }),
         containers: vec![connector_container(
             &inputs.connector_image,
             tunnel_secret,
@@ -391,7 +434,7 @@ fn pod_spec(
 }
 
 /// The headless Service the pushes resolve: every plane pod, ready or not, on the config port.
-fn config_service(metadata: ObjectMeta, selector: &BTreeMap<String, String>) -> Service {
+fn config_service(metadata: ObjectMeta, selector: &BTreeMap<String, String>, port: i32) -> Service {
     Service {
         metadata,
         spec: Some(ServiceSpec {
@@ -402,8 +445,8 @@ fn config_service(metadata: ObjectMeta, selector: &BTreeMap<String, String>) -> 
             session_affinity: Some("None".to_owned()),
             ports: Some(vec![ServicePort {
                 name: Some(CONFIG_API_PORT_NAME.to_owned()),
-                port: CONFIG_API_PORT,
-                target_port: Some(IntOrString::Int(CONFIG_API_PORT)),
+                port,
+                target_port: Some(IntOrString::Int(port)),
                 protocol: Some("TCP".to_owned()),
                 ..ServicePort::default()
             }]),
@@ -413,44 +456,53 @@ fn config_service(metadata: ObjectMeta, selector: &BTreeMap<String, String>) -> 
     }
 }
 
-/// Ingress to the config port only, from the controller's pods (labels AND namespace in one
-/// peer) and, optionally, the monitoring namespaces; nothing to the data port.
+/// Ingress to the config port (`config_port`) only from the controller's pods (labels AND
+/// namespace in one peer) and, optionally, to the admin port (`/metrics`) from the monitoring
+/// namespaces; nothing to the data port.
 fn network_policy(
     metadata: ObjectMeta,
     selector: &BTreeMap<String, String>,
     inputs: &RenderInputs,
+    config_port: i32,
 ) -> NetworkPolicy {
-    let mut peers = vec![NetworkPolicyPeer {
-        pod_selector: Some(match_labels(inputs.controller_pod_labels.clone())),
-        namespace_selector: Some(match_labels(BTreeMap::from([(
-            "kubernetes.io/metadata.name".to_owned(),
-            inputs.controller_namespace.clone(),
-        )]))),
-        ip_block: None,
-    }];
+    let rule = |peer: NetworkPolicyPeer, port: i32| NetworkPolicyIngressRule {
+        from: Some(vec![peer]),
+        ports: Some(vec![NetworkPolicyPort {
+            port: Some(IntOrString::Int(port)),
+            protocol: Some("TCP".to_owned()),
+            end_port: None,
+        }]),
+    };
+    let mut rules = vec![rule(
+        NetworkPolicyPeer {
+            pod_selector: Some(match_labels(inputs.controller_pod_labels.clone())),
+            namespace_selector: Some(match_labels(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_owned(),
+                inputs.controller_namespace.clone(),
+            )]))),
+            ip_block: None,
+        },
+        config_port,
+    )];
     if let Some(monitoring) = inputs
         .monitoring_namespace_selector
         .as_ref()
         .filter(|s| !selects_everything(s))
     {
-        peers.push(NetworkPolicyPeer {
-            namespace_selector: Some(monitoring.clone()),
-            ..NetworkPolicyPeer::default()
-        });
+        rules.push(rule(
+            NetworkPolicyPeer {
+                namespace_selector: Some(monitoring.clone()),
+                ..NetworkPolicyPeer::default()
+            },
+            ADMIN_PORT,
+        ));
     }
     NetworkPolicy {
         metadata,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(match_labels(selector.clone())),
             policy_types: Some(vec!["Ingress".to_owned()]),
-            ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(peers),
-                ports: Some(vec![NetworkPolicyPort {
-                    port: Some(IntOrString::Int(CONFIG_API_PORT)),
-                    protocol: Some("TCP".to_owned()),
-                    end_port: None,
-                }]),
-            }]),
+            ingress: Some(rules),
             egress: None,
         }),
     }
@@ -575,9 +627,9 @@ fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
     ])
 }
 
-/// An HTTP probe of the proxy's config port.
+/// An HTTP probe of the proxy's admin port.
 fn probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
-    probe_on(CONFIG_API_PORT_NAME, path, period, timeout, failures)
+    probe_on(ADMIN_PORT_NAME, path, period, timeout, failures)
 }
 
 fn probe_on(port: &str, path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
@@ -618,27 +670,46 @@ fn port(name: &str, port: i32) -> ContainerPort {
 }
 
 /// The proxy, a native sidecar. Without a tunnel token its `/readyz` means "a config is loaded
-/// and not draining", not waiting for the connector (which starts only after it).
+/// and not draining", not waiting for the connector (which starts only after it). With `tls`
+/// it serves the config API over mutual TLS from the mounted Secret.
 fn proxy_container(
     image: &str,
     resources: Option<ResourceRequirements>,
     auth_secret: &SecretKeySelector,
+    tls: bool,
 ) -> Container {
+    let mut ports = vec![port("http", PROXY_PORT), port(ADMIN_PORT_NAME, ADMIN_PORT)];
+    let mut envs = vec![
+        secret_env("PROXY_AUTH_TOKEN", auth_secret),
+        // When the kubelet stops the proxy the connector is gone: nothing to serve through.
+        env("PROXY_GRACE_PERIOD", "0s".to_owned()),
+        env(
+            "PROXY_DRAIN_TIMEOUT",
+            format!("{PROXY_DRAIN_TIMEOUT_SECONDS}s"),
+        ),
+    ];
+    let mut mounts = None;
+    if tls {
+        ports.push(port(CONFIG_API_PORT_NAME, CONFIG_API_TLS_PORT));
+        envs.extend([
+            env("PROXY_CONFIG_TLS_DIR", CONFIG_TLS_DIR.to_owned()),
+            env(
+                "TUNNEL_PROXY_CONFIG_LISTEN",
+                format!("0.0.0.0:{CONFIG_API_TLS_PORT}"),
+            ),
+        ]);
+        mounts = Some(vec![VolumeMount {
+            name: CONFIG_TLS_VOLUME.to_owned(),
+            mount_path: CONFIG_TLS_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]);
+    }
     Container {
         restart_policy: Some("Always".to_owned()),
-        ports: Some(vec![
-            port("http", PROXY_PORT),
-            port(CONFIG_API_PORT_NAME, CONFIG_API_PORT),
-        ]),
-        env: Some(vec![
-            secret_env("PROXY_AUTH_TOKEN", auth_secret),
-            // When the kubelet stops the proxy the connector is gone: nothing to serve through.
-            env("PROXY_GRACE_PERIOD", "0s".to_owned()),
-            env(
-                "PROXY_DRAIN_TIMEOUT",
-                format!("{PROXY_DRAIN_TIMEOUT_SECONDS}s"),
-            ),
-        ]),
+        ports: Some(ports),
+        env: Some(envs),
+        volume_mounts: mounts,
         resources: Some(resources.unwrap_or_else(|| ResourceRequirements {
             requests: Some(quantities("100m", "128Mi")),
             limits: Some(quantities("500m", "512Mi")),
@@ -746,6 +817,7 @@ mod tests {
             drain_grace_seconds: 30,
             tunnel_token: TUNNEL_TOKEN.into(),
             auth_token: AUTH_TOKEN.into(),
+            config_tls: true,
         }
     }
 
@@ -814,7 +886,7 @@ mod tests {
         let ports = spec.ports.as_ref().unwrap();
         assert_eq!(ports.len(), 1);
         assert_eq!(ports[0].name.as_deref(), Some("config-api"));
-        assert_eq!(ports[0].port, 8081);
+        assert_eq!(ports[0].port, 8443);
         assert_eq!(
             spec.selector.as_ref(),
             r.deployment
@@ -984,10 +1056,14 @@ mod tests {
             Some(&["Ingress".to_owned()][..])
         );
         let rules = spec.ingress.as_ref().unwrap();
-        assert_eq!(rules.len(), 1, "one rule: nothing at all reaches 8080");
+        assert_eq!(
+            rules.len(),
+            1,
+            "one rule: nothing at all reaches 8080 or 8081"
+        );
         let ports = rules[0].ports.as_ref().unwrap();
         assert_eq!(ports.len(), 1);
-        assert_eq!(ports[0].port, Some(IntOrString::Int(8081)));
+        assert_eq!(ports[0].port, Some(IntOrString::Int(8443)));
         let peers = rules[0].from.as_ref().unwrap();
         assert_eq!(peers.len(), 1);
         // Both selectors in ONE peer: AND, not OR. Two peers would admit every pod of the
@@ -1019,7 +1095,7 @@ mod tests {
     }
 
     #[test]
-    fn the_monitoring_namespace_selector_is_admitted_to_the_config_port_and_an_empty_one_is_not() {
+    fn the_monitoring_namespace_selector_is_admitted_to_the_admin_port_and_an_empty_one_is_not() {
         let monitoring = LabelSelector {
             match_labels: Some(BTreeMap::from([(
                 "kubernetes.io/metadata.name".to_owned(),
@@ -1030,42 +1106,134 @@ mod tests {
         let mut with = inputs();
         with.monitoring_namespace_selector = Some(monitoring.clone());
         let r = ok(&edge(), &plain_config(), &with);
-        let rule = &r
-            .network_policy
-            .spec
-            .as_ref()
-            .unwrap()
-            .ingress
-            .as_ref()
-            .unwrap()[0];
-        let peers = rule.from.as_ref().unwrap();
-        assert_eq!(peers.len(), 2);
-        assert_eq!(peers[1].namespace_selector.as_ref(), Some(&monitoring));
-        assert_eq!(peers[1].pod_selector, None);
-        assert_eq!(
-            rule.ports.as_ref().unwrap().len(),
-            1,
-            "still only the config port"
-        );
+        let rules = r.network_policy.spec.unwrap().ingress.unwrap();
+        assert_eq!(rules.len(), 2);
+        let port = |rule: &NetworkPolicyIngressRule| rule.ports.clone().unwrap()[0].port.clone();
+        // The config port stays the controller's alone; monitoring reaches /metrics only.
+        assert_eq!(rules[0].from.as_ref().unwrap().len(), 1);
+        assert_eq!(port(&rules[0]), Some(IntOrString::Int(8443)));
+        let peers = rules[1].from.as_ref().unwrap();
+        assert_eq!(peers.len(), 1);
+        assert_eq!(peers[0].namespace_selector.as_ref(), Some(&monitoring));
+        assert_eq!(peers[0].pod_selector, None);
+        assert_eq!(rules[1].ports.as_ref().unwrap().len(), 1);
+        assert_eq!(port(&rules[1]), Some(IntOrString::Int(8081)));
 
         with.monitoring_namespace_selector = Some(LabelSelector::default());
         let r = ok(&edge(), &plain_config(), &with);
-        let peers = r
-            .network_policy
-            .spec
-            .as_ref()
-            .unwrap()
-            .ingress
-            .as_ref()
-            .unwrap()[0]
-            .from
-            .clone()
-            .unwrap();
         assert_eq!(
-            peers.len(),
+            r.network_policy.spec.unwrap().ingress.unwrap().len(),
             1,
             "an empty selector would admit every namespace"
         );
+    }
+
+    /// The config API's port, Secret and environment with the controller's TLS on and off.
+    #[test]
+    fn with_tls_the_proxy_mounts_the_planes_secret_and_takes_pushes_on_8443_only() {
+        struct Case {
+            tls: bool,
+            config_port: i32,
+            container_ports: [(&'static str, i32); 3],
+        }
+        let cases = [
+            Case {
+                tls: true,
+                config_port: 8443,
+                container_ports: [("http", 8080), ("admin", 8081), ("config-api", 8443)],
+            },
+            Case {
+                tls: false,
+                config_port: 8081,
+                container_ports: [("http", 8080), ("admin", 8081), ("", 0)],
+            },
+        ];
+        for case in cases {
+            let mut i = inputs();
+            i.config_tls = case.tls;
+            let r = ok(&edge(), &plain_config(), &i);
+            let svc = &r
+                .config_service
+                .spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .as_ref()
+                .unwrap()[0];
+            assert_eq!(svc.name.as_deref(), Some("config-api"), "tls={}", case.tls);
+            assert_eq!(svc.port, case.config_port, "tls={}", case.tls);
+            assert_eq!(svc.target_port, Some(IntOrString::Int(case.config_port)));
+            let rule = &r
+                .network_policy
+                .spec
+                .as_ref()
+                .unwrap()
+                .ingress
+                .as_ref()
+                .unwrap()[0];
+            assert_eq!(
+                rule.ports.as_ref().unwrap()[0].port,
+                Some(IntOrString::Int(case.config_port)),
+                "tls={}",
+                case.tls
+            );
+
+            let proxy = container(&r, "proxy");
+            let ports: Vec<(&str, i32)> = proxy
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+                .collect();
+            let expected: Vec<(&str, i32)> = case
+                .container_ports
+                .into_iter()
+                .filter(|(n, _)| !n.is_empty())
+                .collect();
+            assert_eq!(ports, expected, "tls={}", case.tls);
+            let env = |name: &str| {
+                proxy
+                    .env
+                    .iter()
+                    .flatten()
+                    .find(|e| e.name == name)
+                    .and_then(|e| e.value.clone())
+            };
+            let volumes = pod(&r).volumes.clone().unwrap_or_default();
+            if case.tls {
+                assert_eq!(
+                    env("PROXY_CONFIG_TLS_DIR").as_deref(),
+                    Some("/etc/tunnel-proxy/config-tls")
+                );
+                assert_eq!(
+                    env("TUNNEL_PROXY_CONFIG_LISTEN").as_deref(),
+                    Some("0.0.0.0:8443")
+                );
+                let mounts = proxy.volume_mounts.as_ref().unwrap();
+                assert_eq!(mounts.len(), 1);
+                assert_eq!(mounts[0].mount_path, "/etc/tunnel-proxy/config-tls");
+                assert_eq!(mounts[0].read_only, Some(true));
+                assert_eq!(volumes.len(), 1);
+                assert_eq!(volumes[0].name, mounts[0].name);
+                let secret = volumes[0].secret.as_ref().unwrap();
+                // The name the controller writes (config_tls), never optional: the pods wait
+                // for it rather than start without TLS.
+                assert_eq!(
+                    secret.secret_name.as_deref(),
+                    Some(PlaneNames::for_gateway("edge").config_tls_secret.as_str())
+                );
+                assert_eq!(secret.optional, None);
+                assert!(
+                    container(&r, "cloudflared").volume_mounts.is_none(),
+                    "the connector never sees the config API key"
+                );
+            } else {
+                assert_eq!(env("PROXY_CONFIG_TLS_DIR"), None);
+                assert_eq!(env("TUNNEL_PROXY_CONFIG_LISTEN"), None);
+                assert!(proxy.volume_mounts.is_none());
+                assert!(volumes.is_empty());
+            }
+        }
     }
 
     #[test]
@@ -1285,7 +1453,7 @@ mod tests {
         let startup = inits[0].startup_probe.as_ref().unwrap();
         let get = startup.http_get.as_ref().unwrap();
         assert_eq!(get.path.as_deref(), Some("/readyz"));
-        assert_eq!(get.port, IntOrString::String("config-api".into()));
+        assert_eq!(get.port, IntOrString::String("admin".into()));
         assert_eq!(
             startup.period_seconds,
             Some(1),
@@ -1387,7 +1555,7 @@ mod tests {
         ] {
             let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
             assert_eq!(get.path.as_deref(), Some(path));
-            assert_eq!(get.port, IntOrString::String("config-api".into()));
+            assert_eq!(get.port, IntOrString::String("admin".into()));
         }
     }
 

@@ -322,9 +322,14 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     let np = get_json(&["networkpolicy", "cf-proxy-gw-netpol", "-n", &ns]).await;
     let ingress = np["spec"]["ingress"].as_array().unwrap();
     assert_eq!(ingress.len(), 1, "{np}");
+    // The controller pushes over mutual TLS: the config port is 8443, mounted from its Secret.
     assert_eq!(
         ingress[0]["ports"],
-        json!([{"port": 8081, "protocol": "TCP"}])
+        json!([{"port": 8443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "cf-proxy-gw-config-tls"
     );
     let from = &ingress[0]["from"][0];
     assert_eq!(
@@ -507,6 +512,47 @@ spec:
     })
     .await;
     assert!(exists("deployment", &ns, "cf-proxy-taken").await);
+}
+
+/// A tenant who creates `cf-proxy-<gw>-config-tls` before the controller does (to hand the
+/// plane a serving identity of their own) gets nothing: the controller never writes or trusts
+/// that Secret, pushes nothing to the plane, and the Gateway says why
+/// (`ConfigAPITLS=False/CertificateMissing` naming the Secret, with a Warning Event). Once the
+/// Secret is gone the controller writes its own and the condition turns True.
+#[tokio::test]
+async fn a_foreign_config_tls_secret_is_left_alone_and_the_gateway_says_so() {
+    const TLS: &str = "cf.k8s.lex.la/ConfigAPITLS";
+    let (_, _shared, port) = shared_world("foreigntls").await;
+    let ns = unique_name("foreigntls");
+    let t = tunnel(&ns);
+    create_namespace(&ns).await;
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Secret
+metadata: {{name: cf-proxy-gw-config-tls, namespace: {ns}}}
+stringData: {{tls.crt: forged, tls.key: forged, ca.crt: forged}}
+"#
+    ))
+    .await;
+    dedicated_gateway(&ns, "gw", &t.token, port).await;
+    let msg = wait_gateway(&ns, "gw", TLS, "False", "CertificateMissing").await;
+    assert!(
+        msg.contains(&format!("Secret {ns}/cf-proxy-gw-config-tls"))
+            && msg.contains("not written by the controller"),
+        "{msg}"
+    );
+    wait_event(&ns, "a CertificateMissing Event", "CertificateMissing").await;
+    let theirs = get_json(&["secret", "cf-proxy-gw-config-tls", "-n", &ns]).await;
+    let forged = base64::engine::general_purpose::STANDARD.encode("forged");
+    assert_eq!(theirs["data"]["tls.crt"], forged.as_str(), "{theirs}");
+    assert!(theirs["metadata"]["ownerReferences"].is_null(), "{theirs}");
+
+    kubectl(&["delete", "secret", "cf-proxy-gw-config-tls", "-n", &ns]).await;
+    wait_gateway(&ns, "gw", TLS, "True", "CertificatesValid").await;
+    let ours = get_json(&["secret", "cf-proxy-gw-config-tls", "-n", &ns]).await;
+    assert_eq!(ours["type"], "kubernetes.io/tls");
+    assert_eq!(ours["metadata"]["ownerReferences"][0]["name"], "gw");
 }
 
 /// A token naming `tunnel` in `account` with a secret that is not the tunnel's.

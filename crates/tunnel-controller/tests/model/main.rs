@@ -427,6 +427,9 @@ fn effects(e: CaseEffects, model: &Model) -> Effects {
             .into_iter()
             .map(|(g, m)| (obj_key(&g), m))
             .collect(),
+        // Cases run without the config API's TLS (its condition's placement is tested on the
+        // controller binary: gateway_e2e `dedicated`, on_node `install`).
+        config_tls: BTreeMap::new(),
     }
 }
 

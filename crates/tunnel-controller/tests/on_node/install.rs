@@ -1,8 +1,14 @@
 //! The install itself: the controller's Deployment (two replicas, one holding the Lease), the
-//! shared plane through the edge (the edge's 404 and 530 included), tenant-a's dedicated plane
-//! answering tenant-a's hostname, and one of the shared plane's two Pods deleted under traffic.
+//! shared plane through the edge (the edge's 404 and 530 included), its config API over mutual
+//! TLS (a plain-HTTP push with the right token refused, the expiry series and condition),
+//! tenant-a's dedicated plane answering tenant-a's hostname, and one of the shared plane's two
+//! Pods deleted under traffic.
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use base64::Engine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{
     Answers, CONNECTOR_IMAGE, Install, NS, PROXY_IMAGE, Traffic, answered_by, apply, echo_route,
@@ -11,6 +17,9 @@ use crate::support::{
 
 const HOSTNAME: &str = "echo.on-node.example.com";
 const TENANT_HOSTNAME: &str = "a.on-node.example.com";
+
+/// The controller's condition on a plane's config API certificates.
+const TLS_CONDITION: &str = "cf.k8s.lex.la/ConfigAPITLS";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_install_serves_a_route_through_the_edge_from_pods() {
@@ -68,6 +77,8 @@ async fn the_install_serves_a_route_through_the_edge_from_pods() {
         "answered by none of {echo_pods:?}: {body}"
     );
     assert!(body.contains("/on-node"), "{body}");
+
+    a_plain_http_push_is_refused_and_changes_nothing(&install, &echo_pods).await;
 
     // A hostname in no ingress document: the edge's own 404.
     let (status, body) = edge_get(edge, "absent.on-node.example.net", "/")
@@ -146,6 +157,16 @@ async fn the_install_serves_a_route_through_the_edge_from_pods() {
     );
     assert!(body.contains("\"tenant-a\""), "{body}");
     assert!(double.live_connections(&tenant_tunnel.tunnel_id) >= 1);
+    // Its config API runs over mutual TLS too, from the Secret the controller wrote beside it.
+    let tls = json(
+        cluster,
+        &["-n", "tenant-a", "get", "secret", "cf-proxy-a-config-tls"],
+    )
+    .await;
+    assert_eq!(tls["type"], "kubernetes.io/tls");
+    let condition =
+        crate::support::gateway_condition(cluster, "tenant-a", "a", TLS_CONDITION).await;
+    assert_eq!(condition["status"], "True", "{condition}");
     // Its hostname is in its own tunnel's document only, never in the shared plane's.
     let shared_doc = double
         .configuration(&install.account, &tunnel.tunnel_id)
@@ -244,4 +265,91 @@ async fn the_install_serves_a_route_through_the_edge_from_pods() {
         unconfigured, 0,
         "requests answered `404 no matching route` by a Pod without config during the roll"
     );
+}
+
+/// The shared plane as installed takes pushes over mutual TLS only. An attacker on the pod
+/// network who holds the plane's token pushes an empty config in plain HTTP, to the config
+/// port (the TLS handshake fails: no HTTP answer) and to the admin port (no `/config` there):
+/// nothing is loaded, and the route keeps answering. The controller exports the plane's
+/// certificate dates and says they are valid on the GatewayClass.
+async fn a_plain_http_push_is_refused_and_changes_nothing(
+    install: &crate::support::Install,
+    echo_pods: &[String],
+) {
+    let cluster = install.cluster();
+    let secret = json(cluster, &["-n", NS, "get", "secret", "tunnel-proxy-auth"]).await;
+    let token = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["auth-token"].as_str().unwrap())
+        .unwrap();
+    let token = String::from_utf8(token).unwrap();
+    let body = r#"{"version":9007199254740991,"listeners":[],"routes":[]}"#;
+    let push = format!(
+        "PUT /config HTTP/1.1\r\nHost: tunnel-proxy-config\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let pods = json(
+        cluster,
+        &[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=tunnel-proxy",
+        ],
+    )
+    .await;
+    let ips: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!ips.is_empty(), "no shared-plane pod IP: {pods}");
+    for ip in &ips {
+        for (port, expect) in [(8443, None), (8081, Some("HTTP/1.1 404"))] {
+            let addr = SocketAddr::new(ip.parse().unwrap(), port);
+            let mut stream = install.world.connect(addr).await.unwrap();
+            stream.write_all(push.as_bytes()).await.unwrap();
+            let mut raw = Vec::new();
+            // The TLS listener answers a plain request with an alert or a close, never HTTP.
+            let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+                .await
+                .expect("the proxy neither answered nor closed within 10 s");
+            let answer = String::from_utf8_lossy(&raw);
+            match expect {
+                None => assert!(
+                    !answer.starts_with("HTTP/"),
+                    "a plain-HTTP push to {addr} was answered: {answer}"
+                ),
+                Some(status) => assert!(answer.starts_with(status), "{addr}: {answer}"),
+            }
+        }
+    }
+    // Had either push loaded, the plane would hold no route and answer 404.
+    for _ in 0..5 {
+        let (status, body) = edge_get(install.edge, HOSTNAME, "/after-push")
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(answered_by(&body, echo_pods), "{body}");
+    }
+
+    let metrics = install.controller_metrics().await;
+    for kind in ["ca", "serving", "client"] {
+        let series = format!(
+            "cftunnel_config_tls_expiry_timestamp_seconds{{plane=\"shared\",kind=\"{kind}\"}} "
+        );
+        assert!(metrics.contains(&series), "no {series}in\n{metrics}");
+    }
+    let class = json(cluster, &["get", "gatewayclass", "cloudflare-tunnel"]).await;
+    let condition = class["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == TLS_CONDITION)
+        .unwrap_or_else(|| panic!("no {TLS_CONDITION} on the GatewayClass: {class}"));
+    assert_eq!(condition["status"], "True", "{condition}");
+    assert_eq!(condition["reason"], "CertificatesValid", "{condition}");
 }
