@@ -138,15 +138,25 @@ fn restore_body_value(o: &mut Value) -> bool {
     changed | restore_object(o)
 }
 
-/// Cheap pre-check: only bodies that mention owner references are parsed. The searchers are
-/// built once (building one costs about as much as searching a small answer).
+/// Cheap pre-check: only bodies that mention owner references (the field `"ownerReferences"` or
+/// the annotation key [`ANNOTATION`]) are parsed. Both names end in `eferences`, so one pass of
+/// one searcher finds every candidate and each is checked in place: a second searcher for the
+/// annotation doubled the cost, which grows with the body (a LIST answer). `eferences` has no
+/// proper prefix that is also its suffix, so its occurrences never overlap and none is
+/// skipped. The searcher is built once (building one costs about as much as searching a small
+/// answer).
 pub fn mentions_owner_refs(body: &[u8]) -> bool {
     use memchr::memmem::Finder;
     use std::sync::LazyLock;
-    static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"ownerReferences\""));
-    static ANNOTATION_KEY: LazyLock<Finder<'static>> =
-        LazyLock::new(|| Finder::new(ANNOTATION.as_bytes()));
-    FIELD.find(body).is_some() || ANNOTATION_KEY.find(body).is_some()
+    const TAIL: &[u8] = b"eferences";
+    const FIELD_HEAD: &[u8] = b"\"ownerR";
+    static FINDER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(TAIL));
+    let annotation_head = &ANNOTATION.as_bytes()[..ANNOTATION.len() - TAIL.len()];
+    FINDER.find_iter(body).any(|at| {
+        let (before, after) = (&body[..at], &body[at + TAIL.len()..]);
+        (before.ends_with(FIELD_HEAD) && after.starts_with(b"\""))
+            || before.ends_with(annotation_head)
+    })
 }
 
 fn set_annotation(meta: &mut Map<String, Value>, value: Option<Value>) {
@@ -245,6 +255,44 @@ mod tests {
             );
         }
         assert_eq!(restore_body(br#"{"metadata":{"name":"plain"}}"#), None);
+    }
+
+    /// The one-pass pre-check says what searching for each name separately says.
+    #[test]
+    fn the_pre_check_finds_either_name_and_nothing_else() {
+        let field = r#""ownerReferences""#;
+        let cases = [
+            (r#"{"metadata":{"ownerReferences":[]}}"#.to_owned(), true),
+            (
+                format!(r#"{{"metadata":{{"annotations":{{"{ANNOTATION}":"[]"}}}}}}"#),
+                true,
+            ),
+            // Escaped inside a string (kubectl's last-applied-configuration) still counts.
+            (format!(r#"{{"a":"{{\"{ANNOTATION}\":1}}"}}"#), true),
+            (field.to_owned(), true),
+            // The field name must be a whole JSON string.
+            (r#"{"a":"x\"ownerReferences\""}"#.to_owned(), false),
+            (format!("eferences{field}eferences"), true),
+            (ANNOTATION.to_owned(), true),
+            (
+                r#"{"references":"myownerReferences","preferences":1}"#.to_owned(),
+                false,
+            ),
+            (
+                r#"{"ownerReferences ":1,"x-owner-references":2}"#.to_owned(),
+                false,
+            ),
+            ("ownerReferences\"".to_owned(), false),
+            (ANNOTATION[1..].to_owned(), false),
+            (ANNOTATION[..ANNOTATION.len() - 1].to_owned(), false),
+            ("eferences".to_owned(), false),
+            (String::new(), false),
+        ];
+        for (body, expected) in cases {
+            let separately = body.contains(field) || body.contains(ANNOTATION);
+            assert_eq!(separately, expected, "case itself: {body}");
+            assert_eq!(mentions_owner_refs(body.as_bytes()), expected, "{body}");
+        }
     }
 
     #[test]
