@@ -106,7 +106,9 @@ fn from_slice<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, CompileE
     Ok(raw)
 }
 
-fn routes(raw: Vec<serde_json::Map<String, serde_json::Value>>) -> Result<Vec<Route>, CompileError> {
+fn routes(
+    raw: Vec<serde_json::Map<String, serde_json::Value>>,
+) -> Result<Vec<Route>, CompileError> {
     fn typed<T: serde::de::DeserializeOwned>(
         prefix: &str,
         value: serde_json::Value,

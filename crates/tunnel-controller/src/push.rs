@@ -26,8 +26,8 @@ use bytes::Bytes;
 use reqwest::Method;
 use sha2::{Digest, Sha256};
 use tunnel_config::config::Config;
-use tunnel_config::delta::Delta;
 use tunnel_config::config_api::{ClientIdentity, ConfigTlsError, client_config};
+use tunnel_config::delta::Delta;
 
 /// Per-request timeout of a push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -223,8 +223,13 @@ impl Pusher {
         let delta_body = delta.map(|(d, _)| body(d));
         let delta_body = delta_body.as_ref();
         let pushes = endpoints.iter().map(|ep| async move {
-            let outcome = match delta_body.filter(|_| delta.is_some_and(|(_, eps)| eps.contains(ep))) {
-                Some(patch) => match self.send(client, Method::PATCH, ep, token, patch.clone()).await {
+            let outcome = match delta_body
+                .filter(|_| delta.is_some_and(|(_, eps)| eps.contains(ep)))
+            {
+                Some(patch) => match self
+                    .send(client, Method::PATCH, ep, token, patch.clone())
+                    .await
+                {
                     PushOutcome::Stale { .. } | PushOutcome::Rejected { .. } => {
                         tracing::info!(endpoint = %ep, "delta refused; pushing the whole document");
                         self.whole(client, ep, token, doc, whole, clock).await
@@ -259,7 +264,8 @@ impl Pusher {
                 let mut again = doc.clone();
                 again.version = clock.next();
                 tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
-                self.send(client, Method::PUT, ep, token, body(&again)).await
+                self.send(client, Method::PUT, ep, token, body(&again))
+                    .await
             }
             other => other,
         }

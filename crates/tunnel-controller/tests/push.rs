@@ -743,7 +743,13 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     let key = tunnel_controller::keys::PartitionKey::Shared;
     let first = routes_doc(20, 0, "r0.example.com");
     let report = planes
-        .round(&key, &first, &shared(&relay), Ok("t"), Ok(&Transport::Plain))
+        .round(
+            &key,
+            &first,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+        )
         .await;
     assert!(report.loaded, "{report:?}");
     let v1 = p.state.document().unwrap().version;

@@ -189,10 +189,7 @@ async fn receive(
             warn!(error = %e, "config refused");
             error(StatusCode::BAD_REQUEST, e)
         }
-        Ok(Err(
-            e @ (ApplyError::Stale { loaded, .. }
-            | ApplyError::Base { loaded, .. }),
-        )) => {
+        Ok(Err(e @ (ApplyError::Stale { loaded, .. } | ApplyError::Base { loaded, .. }))) => {
             info!(error = %e, "stale config refused");
             (
                 StatusCode::CONFLICT,

@@ -360,27 +360,84 @@ async fn a_delta_applies_on_its_exact_base_only_and_a_bad_one_changes_nothing() 
         "routes": [http_route("ns/r", &["app.example.com"],
             json!([{ "matches": [{ "path": { "type": "RegularExpression", "value": "/(" } }] }]))] });
     let attacks: Vec<(&str, Option<&str>, Vec<u8>, StatusCode, &str)> = vec![
-        ("no token", None, to_b(5, 6).to_string().into(), StatusCode::UNAUTHORIZED, ""),
-        ("wrong base", auth, to_b(4, 6).to_string().into(), StatusCode::CONFLICT, "\"loadedVersion\":5"),
-        ("newer base", auth, to_b(6, 7).to_string().into(), StatusCode::CONFLICT, "\"loadedVersion\":5"),
-        ("not newer", auth, to_b(5, 5).to_string().into(), StatusCode::BAD_REQUEST, "not newer"),
-        ("range past the end", auth,
-            json!({ "baseVersion": 5, "version": 6, "start": 1, "remove": 1, "routes": [] }).to_string().into(),
-            StatusCode::BAD_REQUEST, "replaces routes"),
-        ("malformed", auth, b"{\"baseVersion\":5,".to_vec(), StatusCode::BAD_REQUEST, ""),
-        ("trailing bytes", auth, format!("{} x", to_b(5, 6)).into(), StatusCode::BAD_REQUEST, ""),
-        ("unknown field", auth,
-            json!({ "baseVersion": 5, "version": 6, "start": 0, "remove": 0, "extra": 1 }).to_string().into(),
-            StatusCode::BAD_REQUEST, "extra"),
-        ("invalid rule", auth, bad_rule.to_string().into(), StatusCode::BAD_REQUEST,
-            "routes[0].rules[0].matches[0].path.value"),
+        (
+            "no token",
+            None,
+            to_b(5, 6).to_string().into(),
+            StatusCode::UNAUTHORIZED,
+            "",
+        ),
+        (
+            "wrong base",
+            auth,
+            to_b(4, 6).to_string().into(),
+            StatusCode::CONFLICT,
+            "\"loadedVersion\":5",
+        ),
+        (
+            "newer base",
+            auth,
+            to_b(6, 7).to_string().into(),
+            StatusCode::CONFLICT,
+            "\"loadedVersion\":5",
+        ),
+        (
+            "not newer",
+            auth,
+            to_b(5, 5).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "not newer",
+        ),
+        (
+            "range past the end",
+            auth,
+            json!({ "baseVersion": 5, "version": 6, "start": 1, "remove": 1, "routes": [] })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "replaces routes",
+        ),
+        (
+            "malformed",
+            auth,
+            b"{\"baseVersion\":5,".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            "trailing bytes",
+            auth,
+            format!("{} x", to_b(5, 6)).into(),
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            "unknown field",
+            auth,
+            json!({ "baseVersion": 5, "version": 6, "start": 0, "remove": 0, "extra": 1 })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "extra",
+        ),
+        (
+            "invalid rule",
+            auth,
+            bad_rule.to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "routes[0].rules[0].matches[0].path.value",
+        ),
         ("oversized", auth, big, StatusCode::PAYLOAD_TOO_LARGE, ""),
     ];
     for (what, auth, body, want, says) in attacks {
         let (status, text) = patch_raw(&p, auth, body).await;
         assert_eq!(status, want, "{what}: {text}");
         assert!(text.contains(says), "{what}: {text}");
-        assert_eq!(serving(&p).await, before, "{what} changed the loaded config");
+        assert_eq!(
+            serving(&p).await,
+            before,
+            "{what} changed the loaded config"
+        );
     }
 
     let (status, text) = patch_raw(&p, auth, to_b(5, 6).to_string().into_bytes()).await;
