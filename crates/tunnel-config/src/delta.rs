@@ -141,7 +141,8 @@ mod tests {
         let b2 = ("ns/b", "b2.example");
         let d = ("ns/d", "d.example");
         // (base routes, new routes, expected start, remove, replacing routes)
-        let cases: &[(&[(&str, &str)], &[(&str, &str)], usize, usize, usize)] = &[
+        type Routes<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Routes<'_>, Routes<'_>, usize, usize, usize)] = &[
             (&[a, b, c], &[a, b, c], 3, 0, 0),
             (&[a, b, c], &[a, b2, c], 1, 1, 1),
             (&[a, b, c], &[a, c], 1, 1, 0),

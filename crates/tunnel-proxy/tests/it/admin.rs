@@ -359,7 +359,9 @@ async fn a_delta_applies_on_its_exact_base_only_and_a_bad_one_changes_nothing() 
     let bad_rule = json!({ "baseVersion": 5, "version": 6, "start": 0, "remove": 1,
         "routes": [http_route("ns/r", &["app.example.com"],
             json!([{ "matches": [{ "path": { "type": "RegularExpression", "value": "/(" } }] }]))] });
-    let attacks: Vec<(&str, Option<&str>, Vec<u8>, StatusCode, &str)> = vec![
+    // (what, authorization, body, answer, what the answer says)
+    type Attack<'a> = (&'a str, Option<&'a str>, Vec<u8>, StatusCode, &'a str);
+    let attacks: Vec<Attack<'_>> = vec![
         (
             "no token",
             None,
