@@ -212,6 +212,12 @@ impl Planes {
                 state.last_error = format!("{ep}: {}", describe(o));
             }
         }
+        // The previous document is kept only while some proxy holds it (a delta's base).
+        if let Some((base_version, _)) = &state.prev
+            && !state.held.values().any(|v| v == base_version)
+        {
+            state.prev = None;
+        }
         let change = state.health.record(&outcomes);
         let incomplete = outcomes.iter().any(|(_, o)| !o.is_loaded());
         RoundReport {
