@@ -14,6 +14,7 @@ use http::StatusCode;
 use crate::backend::{self, UpstreamError};
 use crate::config::{self, BackendProtocol, BackendTls, Config, Route};
 use crate::cors::Cors;
+use crate::delta::Delta;
 use crate::filters::{HeaderModifier, PathRewrite, Redirect, UrlRewrite};
 use crate::routing::{
     HostPattern, Matchers, PathMatcher, RouteSpec, RuleSpec, Table, WeightedChoice,
@@ -59,6 +60,55 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
         #[serde(default)]
         routes: Vec<serde_json::Map<String, serde_json::Value>>,
     }
+    let raw: Raw = from_slice(body)?;
+    Ok(Config {
+        version: raw.version,
+        listeners: raw.listeners,
+        routes: routes(raw.routes)?,
+    })
+}
+
+/// Parses a [`Delta`] (`PATCH /config`), its routes decoded as [`parse`] decodes a document's.
+pub fn parse_delta(body: &[u8]) -> Result<Delta, CompileError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Raw {
+        base_version: u64,
+        version: u64,
+        #[serde(default)]
+        listeners: Option<Vec<config::Listener>>,
+        start: usize,
+        remove: usize,
+        #[serde(default)]
+        routes: Vec<serde_json::Map<String, serde_json::Value>>,
+    }
+    let raw: Raw = from_slice(body)?;
+    Ok(Delta {
+        base_version: raw.base_version,
+        version: raw.version,
+        listeners: raw.listeners,
+        start: raw.start,
+        remove: raw.remove,
+        routes: routes(raw.routes)?,
+    })
+}
+
+fn from_slice<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, CompileError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let raw: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        err(
+            if path == "." { "$".to_owned() } else { path },
+            e.into_inner(),
+        )
+    })?;
+    de.end().map_err(|e| err("$", e))?;
+    Ok(raw)
+}
+
+fn routes(
+    raw: Vec<serde_json::Map<String, serde_json::Value>>,
+) -> Result<Vec<Route>, CompileError> {
     fn typed<T: serde::de::DeserializeOwned>(
         prefix: &str,
         value: serde_json::Value,
@@ -73,17 +123,7 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
             err(path, e.into_inner())
         })
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let raw: Raw = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        err(
-            if path == "." { "$".to_owned() } else { path },
-            e.into_inner(),
-        )
-    })?;
-    let routes = raw
-        .routes
-        .into_iter()
+    raw.into_iter()
         .enumerate()
         .map(|(i, mut route)| {
             let at = format!("routes[{i}]");
@@ -96,12 +136,7 @@ pub fn parse(body: &[u8]) -> Result<Config, CompileError> {
                 )),
             }
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Config {
-        version: raw.version,
-        listeners: raw.listeners,
-        routes,
-    })
+        .collect()
 }
 
 /// Checks a document exactly as a push is checked (the same compilation), keeping nothing: no

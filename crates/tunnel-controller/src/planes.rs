@@ -8,6 +8,8 @@
 //! change); after a failure, the ones that failed; and when a ready endpoint turns not ready,
 //! that one again: its proxy may have restarted empty (a plane Pod's proxy restarts alone, its
 //! readiness probe is `/readyz`, true only with a config), and nothing else would tell.
+//! A proxy that holds the previous version gets a delta (only the routes that changed); any
+//! other, or one that refuses the delta, gets the whole document.
 //! [`PushHealth`] turns rounds into the `ProxyConfigPushed` condition.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use tunnel_config::config::Config;
+use tunnel_config::delta::Delta;
 
 use crate::keys::PartitionKey;
 use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, Transport, VersionClock};
@@ -102,6 +105,8 @@ pub struct RoundReport {
 struct PartitionState {
     doc: Option<Config>,
     version: u64,
+    /// The document before `doc` and its version: a proxy holding it gets a delta.
+    prev: Option<(u64, Config)>,
     held: BTreeMap<String, u64>,
     /// The endpoints ready in the last round.
     ready: BTreeSet<String>,
@@ -145,6 +150,7 @@ impl Planes {
         let mut content = doc.clone();
         content.version = 0;
         if state.doc.as_ref() != Some(&content) {
+            state.prev = state.doc.take().map(|d| (state.version, d));
             state.version = self.clock.next();
             state.doc = Some(content);
         }
@@ -173,10 +179,24 @@ impl Planes {
         }
         let mut versioned = state.doc.clone().unwrap_or_default();
         versioned.version = state.version;
+        // Proxies holding the previous version get only what changed since.
+        let delta = state.prev.as_ref().and_then(|(base_version, base)| {
+            let based: BTreeSet<String> = targets
+                .iter()
+                .filter(|ep| state.held.get(*ep) == Some(base_version))
+                .cloned()
+                .collect();
+            (!based.is_empty()).then(|| {
+                let mut delta = Delta::between(base, &versioned);
+                delta.base_version = *base_version;
+                (delta, based)
+            })
+        });
         let outcomes: Vec<(String, PushOutcome)> = match token.and_then(|t| Ok((t, transport?))) {
             Ok((token, transport)) => {
+                let delta = delta.as_ref().map(|(d, based)| (d, based));
                 self.pusher
-                    .push(&targets, token, &versioned, &self.clock, transport)
+                    .push(&targets, token, &versioned, delta, &self.clock, transport)
                     .await
             }
             Err(e) => targets
@@ -191,6 +211,12 @@ impl Planes {
                 state.held.remove(ep);
                 state.last_error = format!("{ep}: {}", describe(o));
             }
+        }
+        // The previous document is kept only while some proxy holds it (a delta's base).
+        if let Some((base_version, _)) = &state.prev
+            && !state.held.values().any(|v| v == base_version)
+        {
+            state.prev = None;
         }
         let change = state.health.record(&outcomes);
         let incomplete = outcomes.iter().any(|(_, o)| !o.is_loaded());

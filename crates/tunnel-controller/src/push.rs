@@ -17,14 +17,17 @@
 //!   ([`FAILED_ROUNDS_BEFORE_CONDITION`]) sets `ProxyConfigPushed=False`; the first fully
 //!   successful round clears it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
+use reqwest::Method;
 use sha2::{Digest, Sha256};
 use tunnel_config::config::Config;
 use tunnel_config::config_api::{ClientIdentity, ConfigTlsError, client_config};
+use tunnel_config::delta::Delta;
 
 /// Per-request timeout of a push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -191,12 +194,15 @@ impl Pusher {
 
     /// Pushes `doc` to every endpoint at once with `token` over `transport`; on a 409 from a
     /// proxy holding a newer version, moves `clock` past it and pushes that proxy once more with
-    /// a new version.
+    /// a new version. The endpoints of `delta`'s set (those holding its base version) get the
+    /// delta instead; one that refuses it (another base after all, or a proxy without the
+    /// delta endpoint) gets the whole document at once.
     pub async fn push(
         &self,
         endpoints: &[String],
         token: &str,
         doc: &Config,
+        delta: Option<(&Delta, &BTreeSet<String>)>,
         clock: &VersionClock,
         transport: &Transport,
     ) -> Vec<(String, PushOutcome)> {
@@ -211,16 +217,26 @@ impl Pusher {
             }
         };
         let client = &client;
+        // Serialised once, not once per proxy (megabytes with thousands of routes).
+        let whole = OnceLock::new();
+        let whole = &whole;
+        let delta_body = delta.map(|(d, _)| body(d));
+        let delta_body = delta_body.as_ref();
         let pushes = endpoints.iter().map(|ep| async move {
-            let outcome = match self.put(client, ep, token, doc).await {
-                PushOutcome::Stale { loaded } => {
-                    clock.observe(loaded);
-                    let mut again = doc.clone();
-                    again.version = clock.next();
-                    tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
-                    self.put(client, ep, token, &again).await
-                }
-                other => other,
+            let outcome = match delta_body
+                .filter(|_| delta.is_some_and(|(_, eps)| eps.contains(ep)))
+            {
+                Some(patch) => match self
+                    .send(client, Method::PATCH, ep, token, patch.clone())
+                    .await
+                {
+                    PushOutcome::Stale { .. } | PushOutcome::Rejected { .. } => {
+                        tracing::info!(endpoint = %ep, "delta refused; pushing the whole document");
+                        self.whole(client, ep, token, doc, whole, clock).await
+                    }
+                    other => other,
+                },
+                None => self.whole(client, ep, token, doc, whole, clock).await,
             };
             if !outcome.is_loaded() {
                 tracing::warn!(endpoint = %ep, ?outcome, "config push failed");
@@ -230,17 +246,44 @@ impl Pusher {
         futures::future::join_all(pushes).await
     }
 
-    async fn put(
+    /// `PUT`s the whole document (`body`: its serialisation, made on first use); once more
+    /// above a newer version the proxy holds.
+    async fn whole(
         &self,
-        (http, scheme): &(reqwest::Client, &'static str),
+        client: &(reqwest::Client, &'static str),
         ep: &str,
         token: &str,
         doc: &Config,
+        body_once: &OnceLock<Bytes>,
+        clock: &VersionClock,
+    ) -> PushOutcome {
+        let first = body_once.get_or_init(|| body(doc)).clone();
+        match self.send(client, Method::PUT, ep, token, first).await {
+            PushOutcome::Stale { loaded } => {
+                clock.observe(loaded);
+                let mut again = doc.clone();
+                again.version = clock.next();
+                tracing::info!(endpoint = %ep, loaded, version = again.version, "proxy holds a newer version; pushing again above it");
+                self.send(client, Method::PUT, ep, token, body(&again))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn send(
+        &self,
+        (http, scheme): &(reqwest::Client, &'static str),
+        method: Method,
+        ep: &str,
+        token: &str,
+        body: Bytes,
     ) -> PushOutcome {
         let resp = http
-            .put(format!("{scheme}://{ep}/config"))
+            .request(method, format!("{scheme}://{ep}/config"))
             .bearer_auth(token)
-            .json(doc)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await;
         let resp = match resp {
@@ -272,6 +315,12 @@ impl Pusher {
             _ => PushOutcome::Failed(format!("answered {status}")),
         }
     }
+}
+
+/// A document or delta as the request body.
+fn body(value: &impl serde::Serialize) -> Bytes {
+    // Plain data with string keys: serialising it cannot fail.
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
 /// An error and its causes (a TLS refusal is a few levels down in reqwest's).

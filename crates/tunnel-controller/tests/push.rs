@@ -69,6 +69,7 @@ async fn every_proxy_of_the_partition_gets_the_document_with_the_partitions_toke
             &[a.addr.clone(), b.addr.clone()],
             "plane-a",
             &doc(v, "a.example.com"),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -86,6 +87,7 @@ async fn another_partitions_token_is_refused_and_changes_nothing() {
             std::slice::from_ref(&theirs.addr),
             "plane-a",
             &doc(clock.next(), "a.example.com"),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -108,6 +110,7 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
             std::slice::from_ref(&p.addr),
             "t",
             &doc(ahead, "old.example.com"),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -120,6 +123,7 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
             std::slice::from_ref(&p.addr),
             "t",
             &doc(behind.next(), "new.example.com"),
+            None,
             &behind,
             &Transport::Plain,
         )
@@ -148,6 +152,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
             std::slice::from_ref(&p.addr),
             "t",
             &doc(good, "a.example.com"),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -163,6 +168,7 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
             std::slice::from_ref(&p.addr),
             "t",
             &bad,
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -191,6 +197,7 @@ async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_succe
                 &[up.addr.clone(), down.clone()],
                 "t",
                 &doc(clock.next(), "a.example.com"),
+                None,
                 &clock,
                 &Transport::Plain,
             )
@@ -213,6 +220,7 @@ async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_succe
             std::slice::from_ref(&up.addr),
             "t",
             &doc(clock.next(), "a.example.com"),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -360,6 +368,7 @@ async fn push_one(addr: &str, token: &str, version: u64, transport: &Transport) 
             &[addr.to_owned()],
             token,
             &doc(version, "a.example.com"),
+            None,
             &clock,
             transport,
         )
@@ -517,6 +526,7 @@ async fn nothing_secret_crosses_the_network_in_clear() {
             &[relay],
             TOKEN,
             &secret_doc(clock.next(), &backend_ca, &backend_client),
+            None,
             &clock,
             &tls(&[&ours], vec![controller(&ours)]),
         )
@@ -540,6 +550,7 @@ async fn nothing_secret_crosses_the_network_in_clear() {
             &[relay],
             TOKEN,
             &secret_doc(clock.next(), &backend_ca, &backend_client),
+            None,
             &clock,
             &Transport::Plain,
         )
@@ -574,6 +585,7 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
                         std::slice::from_ref(&addr),
                         TOKEN,
                         &doc(v, "a.example.com"),
+                        None,
                         &clock,
                         &t,
                     )
@@ -651,4 +663,111 @@ async fn a_ca_rotation_under_continuous_pushes_loses_none() {
     )
     .await;
     assert!(matches!(out, PushOutcome::Failed(_)), "{out:?}");
+}
+
+/// `count` routes, the one named `ns/r{changed}` pointing at `host`.
+fn routes_doc(count: usize, changed: usize, host: &str) -> Config {
+    let routes: Vec<serde_json::Value> = (0..count)
+        .map(|i| {
+            let h = if i == changed {
+                host.to_owned()
+            } else {
+                format!("r{i}.example.com")
+            };
+            serde_json::json!({"kind": "HTTPRoute", "name": format!("ns/r{i}"), "hostnames": [h],
+                "rules": [{"backends": [{"name": "ns/svc:80", "endpoints": ["127.0.0.1:9"]}]}]})
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "version": 0, "routes": routes })).unwrap()
+}
+
+fn shared(addr: &str) -> tunnel_controller::planes::ConfigEndpoints {
+    tunnel_controller::planes::ConfigEndpoints {
+        all: vec![addr.to_owned()],
+        ready: [addr.to_owned()].into(),
+    }
+}
+
+/// How many requests of each method the relay saw, and the bytes sent.
+fn methods(seen: &Mutex<Vec<u8>>) -> (usize, usize, usize) {
+    let seen = seen.lock().unwrap();
+    let count = |m: &str| seen.windows(m.len()).filter(|w| *w == m.as_bytes()).count();
+    (count("PUT /config"), count("PATCH /config"), seen.len())
+}
+
+#[tokio::test]
+async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
+    let p = proxy_api("t").await;
+    let (relay, seen) = recording_relay(p.addr.clone()).await;
+    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let key = tunnel_controller::keys::PartitionKey::Shared;
+    let mut round = async |doc: &Config| {
+        let report = planes
+            .round(&key, doc, &shared(&relay), Ok("t"), Ok(&Transport::Plain))
+            .await;
+        assert!(report.loaded, "{report:?}");
+        let held = p.state.document().unwrap();
+        let mut content = (*held).clone();
+        content.version = 0;
+        assert_eq!(&content, doc, "the proxy holds exactly the document");
+        held.version
+    };
+    let v1 = round(&routes_doc(200, 0, "r0.example.com")).await;
+    let (puts, patches, first) = methods(&seen);
+    assert_eq!((puts, patches), (1, 0));
+    // One route of 200 changes: a delta on top of v1, a fraction of the whole document's size.
+    let v2 = round(&routes_doc(200, 150, "new.example.com")).await;
+    let (puts, patches, total) = methods(&seen);
+    assert_eq!((puts, patches), (1, 1));
+    assert!(v2 > v1);
+    assert!(total - first < first / 20, "delta {} bytes", total - first);
+    // A route removed and one added: deltas again.
+    round(&routes_doc(199, 150, "new.example.com")).await;
+    let mut more = routes_doc(199, 150, "new.example.com");
+    let mut added = more.routes[0].clone();
+    if let tunnel_config::config::Route::Http(r) = &mut added {
+        r.name = "ns/added".to_owned();
+        r.hostnames = vec!["added.example.com".to_owned()];
+    }
+    more.routes.insert(7, added);
+    round(&more).await;
+    assert_eq!(methods(&seen).0, 1);
+    assert_eq!(methods(&seen).1, 3);
+}
+
+#[tokio::test]
+async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
+    let p = proxy_api("t").await;
+    let (relay, seen) = recording_relay(p.addr.clone()).await;
+    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let key = tunnel_controller::keys::PartitionKey::Shared;
+    let first = routes_doc(20, 0, "r0.example.com");
+    let report = planes
+        .round(
+            &key,
+            &first,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+        )
+        .await;
+    assert!(report.loaded, "{report:?}");
+    let v1 = p.state.document().unwrap().version;
+    // Behind the controller's back the proxy moved to another document (say a second
+    // controller instance pushed): the controller's delta names a base it does not hold.
+    let mut other = routes_doc(3, 0, "other.example.com");
+    other.version = v1 + 1000;
+    p.state.apply(&serde_json::to_vec(&other).unwrap()).unwrap();
+    let next = routes_doc(20, 5, "new.example.com");
+    let report = planes
+        .round(&key, &next, &shared(&relay), Ok("t"), Ok(&Transport::Plain))
+        .await;
+    assert!(report.loaded, "{report:?}");
+    // PATCH refused (409), PUT refused as older (409), PUT above the proxy's version.
+    assert_eq!(methods(&seen).1, 1);
+    assert_eq!(methods(&seen).0, 3, "the whole document after the refusal");
+    let mut held = (*p.state.document().unwrap()).clone();
+    assert!(held.version > v1 + 1000);
+    held.version = 0;
+    assert_eq!(held, next);
 }

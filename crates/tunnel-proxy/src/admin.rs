@@ -1,4 +1,5 @@
-//! The admin port: config API (`PUT`/`GET /config`) merged into the shared admin routes
+//! The admin port: config API (`PUT`/`PATCH`/`GET /config`; `PATCH` takes a delta on top of
+//! the loaded version) merged into the shared admin routes
 //! (`/healthz`, `/readyz`, `/metrics` from [`service_support::admin`]) with [`router`], or kept
 //! apart with [`split`] (the config API then served over mutual TLS by
 //! [`crate::config_tls`] on a port of its own, the admin port keeping only the status routes). Ready once a config is
@@ -85,7 +86,10 @@ pub fn split(state: Arc<State>, options: AdminOptions) -> Result<(Router, Router
     Ok((
         routes(admin.clone()),
         Router::new()
-            .route("/config", get(get_config).put(put_config))
+            .route(
+                "/config",
+                get(get_config).put(put_config).patch(patch_config),
+            )
             .with_state(admin),
     ))
 }
@@ -131,6 +135,21 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 async fn put_config(AxumState(admin): AxumState<Arc<Admin>>, req: Request) -> Response {
+    receive(admin, req, State::apply).await
+}
+
+/// A delta ([`tunnel_config::delta`]): applied only on top of the exact version it names, else
+/// 409 with the `loadedVersion`, and the sender pushes the whole document instead.
+async fn patch_config(AxumState(admin): AxumState<Arc<Admin>>, req: Request) -> Response {
+    receive(admin, req, State::apply_delta).await
+}
+
+/// A push of either kind: authenticated, JSON, bounded in size, compiled off the async workers.
+async fn receive(
+    admin: Arc<Admin>,
+    req: Request,
+    apply: fn(&State, &[u8]) -> Result<u64, ApplyError>,
+) -> Response {
     if !admin.authorized(req.headers()) {
         return Admin::unauthorized();
     }
@@ -160,17 +179,17 @@ async fn put_config(AxumState(admin): AxumState<Arc<Admin>>, req: Request) -> Re
     };
     let state = admin.state.clone();
     // Compilation parses certificates and regexes: keep it off the async workers.
-    let outcome = tokio::task::spawn_blocking(move || state.apply(&body)).await;
+    let outcome = tokio::task::spawn_blocking(move || apply(&state, &body)).await;
     match outcome {
         Ok(Ok(version)) => {
             info!(version, "config loaded");
             (StatusCode::OK, axum::Json(json!({ "version": version }))).into_response()
         }
-        Ok(Err(e @ ApplyError::Invalid(_))) => {
+        Ok(Err(e @ (ApplyError::Invalid(_) | ApplyError::BadDelta(_)))) => {
             warn!(error = %e, "config refused");
             error(StatusCode::BAD_REQUEST, e)
         }
-        Ok(Err(e @ ApplyError::Stale { loaded, .. })) => {
+        Ok(Err(e @ (ApplyError::Stale { loaded, .. } | ApplyError::Base { loaded, .. }))) => {
             info!(error = %e, "stale config refused");
             (
                 StatusCode::CONFLICT,

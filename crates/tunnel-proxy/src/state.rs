@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 
 use tunnel_config::compile::{self, CompileError};
 use tunnel_config::config::Config;
+use tunnel_config::delta::DeltaError;
 
 use crate::metrics::Metrics;
 use crate::table::{self, RouteTable};
@@ -21,6 +22,12 @@ pub enum ApplyError {
     Invalid(#[from] CompileError),
     #[error("config version {pushed} is older than the loaded version {loaded}")]
     Stale { loaded: u64, pushed: u64 },
+    /// A delta made for another version than the loaded one (0: none is loaded).
+    #[error("the delta applies to version {base}, the loaded version is {loaded}")]
+    Base { base: u64, loaded: u64 },
+    /// A delta that cannot apply to the version it names (a controller bug).
+    #[error("invalid delta: {0}")]
+    BadDelta(DeltaError),
 }
 
 /// The default of `--max-request-head`: bytes of a client's request head (request line and
@@ -90,7 +97,31 @@ impl State {
                 pushed: config.version,
             });
         }
-        let (table, used) = table::compile(&config, &self.metrics, &mut clients)?;
+        self.swap(config, &mut clients)
+    }
+
+    /// Applies a delta (`PATCH /config`) on top of the loaded document, only when that is
+    /// exactly the delta's base version, then checks, compiles and swaps in the result as
+    /// [`Self::apply`] does a whole document. On any error nothing changes.
+    pub fn apply_delta(&self, body: &[u8]) -> Result<u64, ApplyError> {
+        let delta = compile::parse_delta(body)?;
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(base) = self.document.load_full() else {
+            return Err(ApplyError::Base {
+                base: delta.base_version,
+                loaded: 0,
+            });
+        };
+        let config = delta.apply(&base).map_err(|e| match e {
+            DeltaError::Base { base, loaded } => ApplyError::Base { base, loaded },
+            e => ApplyError::BadDelta(e),
+        })?;
+        self.swap(config, &mut clients)
+    }
+
+    /// Compiles `config` and makes it live (the caller holds the push lock).
+    fn swap(&self, config: Config, clients: &mut ClientCache) -> Result<u64, ApplyError> {
+        let (table, used) = table::compile(&config, &self.metrics, clients)?;
         let version = table.version;
         self.table.store(Some(Arc::new(table)));
         self.document.store(Some(Arc::new(config)));

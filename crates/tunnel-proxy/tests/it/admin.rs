@@ -300,3 +300,153 @@ async fn readyz_waits_for_a_config_and_the_connector() {
     assert_eq!(s.push(&simple(1, &b), None).await.0, StatusCode::OK);
     assert_eq!(s.admin_get("/readyz").await.0, StatusCode::OK);
 }
+
+async fn patch_raw(p: &Proxy, auth: Option<&str>, body: Vec<u8>) -> (StatusCode, String) {
+    let mut req = Request::patch(format!("http://{}/config", p.admin))
+        .header("content-type", "application/json");
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    let resp = http1_client()
+        .request(req.body(full(body)).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, body_string(resp).await)
+}
+
+/// What `GET /config` shows once `doc` is loaded.
+fn loaded(doc: Value) -> Value {
+    let parsed = tunnel_config::compile::parse(doc.to_string().as_bytes()).unwrap();
+    serde_json::to_value(parsed).unwrap()
+}
+
+/// The loaded document (`GET /config` with the token) and the backend `app.example.com/`
+/// reaches.
+async fn serving(p: &Proxy) -> (Value, String) {
+    let req = Request::get(format!("http://{}/config", p.admin))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(full(""))
+        .unwrap();
+    let current = body_json(http1_client().request(req).await.unwrap()).await;
+    let resp = p.get("app.example.com", "/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let backend = resp.headers()["x-backend"].to_str().unwrap().to_owned();
+    (current, backend)
+}
+
+#[tokio::test]
+async fn a_delta_applies_on_its_exact_base_only_and_a_bad_one_changes_nothing() {
+    let (a, b) = (Backend::start("a").await, Backend::start("b").await);
+    let p = Proxy::start(AdminOptions {
+        auth_token: Some(TOKEN.into()),
+        ..Default::default()
+    })
+    .await;
+    let auth = Some("Bearer s3cret-Token");
+    // Before any document there is no base.
+    let to_b = |base: u64, version: u64| {
+        json!({ "baseVersion": base, "version": version, "start": 0, "remove": 1,
+                "routes": [simple(0, &b)["routes"][0]] })
+    };
+    let (status, text) = patch_raw(&p, auth, to_b(0, 2).to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    assert_eq!(p.push(&simple(5, &a), Some(TOKEN)).await.0, StatusCode::OK);
+    let before = serving(&p).await;
+    assert_eq!(before, (loaded(simple(5, &a)), "a".to_owned()));
+
+    let big = vec![b' '; admin::MAX_CONFIG_BYTES + 1];
+    let bad_rule = json!({ "baseVersion": 5, "version": 6, "start": 0, "remove": 1,
+        "routes": [http_route("ns/r", &["app.example.com"],
+            json!([{ "matches": [{ "path": { "type": "RegularExpression", "value": "/(" } }] }]))] });
+    // (what, authorization, body, answer, what the answer says)
+    type Attack<'a> = (&'a str, Option<&'a str>, Vec<u8>, StatusCode, &'a str);
+    let attacks: Vec<Attack<'_>> = vec![
+        (
+            "no token",
+            None,
+            to_b(5, 6).to_string().into(),
+            StatusCode::UNAUTHORIZED,
+            "",
+        ),
+        (
+            "wrong base",
+            auth,
+            to_b(4, 6).to_string().into(),
+            StatusCode::CONFLICT,
+            "\"loadedVersion\":5",
+        ),
+        (
+            "newer base",
+            auth,
+            to_b(6, 7).to_string().into(),
+            StatusCode::CONFLICT,
+            "\"loadedVersion\":5",
+        ),
+        (
+            "not newer",
+            auth,
+            to_b(5, 5).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "not newer",
+        ),
+        (
+            "range past the end",
+            auth,
+            json!({ "baseVersion": 5, "version": 6, "start": 1, "remove": 1, "routes": [] })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "replaces routes",
+        ),
+        (
+            "malformed",
+            auth,
+            b"{\"baseVersion\":5,".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            "trailing bytes",
+            auth,
+            format!("{} x", to_b(5, 6)).into(),
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            "unknown field",
+            auth,
+            json!({ "baseVersion": 5, "version": 6, "start": 0, "remove": 0, "extra": 1 })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "extra",
+        ),
+        (
+            "invalid rule",
+            auth,
+            bad_rule.to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "routes[0].rules[0].matches[0].path.value",
+        ),
+        ("oversized", auth, big, StatusCode::PAYLOAD_TOO_LARGE, ""),
+    ];
+    for (what, auth, body, want, says) in attacks {
+        let (status, text) = patch_raw(&p, auth, body).await;
+        assert_eq!(status, want, "{what}: {text}");
+        assert!(text.contains(says), "{what}: {text}");
+        assert_eq!(
+            serving(&p).await,
+            before,
+            "{what} changed the loaded config"
+        );
+    }
+
+    let (status, text) = patch_raw(&p, auth, to_b(5, 6).to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // The loaded document is the one a whole push of version 6 would have loaded.
+    assert_eq!(serving(&p).await, (loaded(simple(6, &b)), "b".to_owned()));
+    // The same delta again: its base is gone.
+    let (status, _) = patch_raw(&p, auth, to_b(5, 6).to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
