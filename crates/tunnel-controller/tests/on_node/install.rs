@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{
     Answers, CONNECTOR_IMAGE, Install, NS, PROXY_IMAGE, Traffic, answered_by, apply, echo_route,
-    edge_get, json, kubectl, leader, pod_names, tenant, token_secret, until_status, wait,
+    edge_get, json, kubectl, leader, pod_names, pods, tenant, token_secret, until_status, wait,
 };
 
 const HOSTNAME: &str = "echo.on-node.example.com";
@@ -192,21 +192,8 @@ async fn the_install_serves_a_route_through_the_edge_from_pods() {
     // finishes its requests before its proxy (a sidecar) is stopped, and the new connector
     // starts only once its proxy holds a config. So no request is lost (no 5xx, no broken
     // connection) and none is answered `404 no matching route` by a proxy without config.
-    let plane_pods = json(
-        cluster,
-        &[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=tunnel-proxy",
-        ],
-    )
-    .await;
-    let victim = plane_pods["items"]
-        .as_array()
-        .unwrap()
+    let victim = pods(cluster, NS, "app.kubernetes.io/name=tunnel-proxy")
+        .await
         .iter()
         .find(|p| p["metadata"].get("deletionTimestamp").is_none())
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
@@ -288,25 +275,12 @@ async fn a_plain_http_push_is_refused_and_changes_nothing(
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let pods = json(
-        cluster,
-        &[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=tunnel-proxy",
-        ],
-    )
-    .await;
-    let ips: Vec<String> = pods["items"]
-        .as_array()
-        .unwrap()
+    let plane = pods(cluster, NS, "app.kubernetes.io/name=tunnel-proxy").await;
+    let ips: Vec<String> = plane
         .iter()
         .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
         .collect();
-    assert!(!ips.is_empty(), "no shared-plane pod IP: {pods}");
+    assert!(!ips.is_empty(), "no shared-plane pod IP: {plane:?}");
     for ip in &ips {
         for (port, expect) in [(8443, None), (8081, Some("HTTP/1.1 404"))] {
             let addr = SocketAddr::new(ip.parse().unwrap(), port);

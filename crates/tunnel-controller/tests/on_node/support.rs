@@ -84,20 +84,14 @@ impl Install {
     /// The controllers' `/metrics`, every replica's (only the leader pushes), read from inside
     /// the private network namespace.
     pub async fn controller_metrics(&self) -> String {
-        let pods = json(
+        let pods = pods(
             self.cluster(),
-            &[
-                "-n",
-                NS,
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/name=tunnel-gateway-controller",
-            ],
+            NS,
+            "app.kubernetes.io/name=tunnel-gateway-controller",
         )
         .await;
         let mut out = String::new();
-        for pod in pods["items"].as_array().unwrap() {
+        for pod in &pods {
             let Some(ip) = pod["status"]["podIP"].as_str() else {
                 continue;
             };
@@ -139,11 +133,18 @@ pub async fn json(cluster: &Cluster, args: &[&str]) -> Value {
     serde_json::from_str(&kubectl(cluster, &args).await).unwrap()
 }
 
+/// The Pods matching `selector` in `ns` (terminating ones included).
+pub async fn pods(cluster: &Cluster, ns: &str, selector: &str) -> Vec<Value> {
+    match json(cluster, &["-n", ns, "get", "pods", "-l", selector]).await["items"].take() {
+        Value::Array(items) => items,
+        other => panic!("pods {selector} in {ns}: {other}"),
+    }
+}
+
 /// The names of the Pods matching `selector` in `ns` (terminating ones included).
 pub async fn pod_names(cluster: &Cluster, ns: &str, selector: &str) -> Vec<String> {
-    json(cluster, &["-n", ns, "get", "pods", "-l", selector]).await["items"]
-        .as_array()
-        .unwrap()
+    pods(cluster, ns, selector)
+        .await
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
         .collect()
@@ -384,25 +385,16 @@ impl Traffic {
 pub async fn leader(cluster: &Cluster) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let pods = json(
+        let controllers: Vec<String> = pods(
             cluster,
-            &[
-                "-n",
-                NS,
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/name=tunnel-gateway-controller",
-            ],
+            NS,
+            "app.kubernetes.io/name=tunnel-gateway-controller",
         )
-        .await;
-        let controllers: Vec<String> = pods["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
-            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
-            .collect();
+        .await
+        .iter()
+        .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
         let lease = json(
             cluster,
             &["-n", NS, "get", "lease", "tunnel-gateway-controller"],

@@ -16,6 +16,20 @@ impl Worker {
             .join(format!("{}_{}", self.namespace, self.name))
     }
 
+    /// What the Pod's volumes are made of; `field` answers the downward API.
+    fn sources<'a>(
+        &'a self,
+        field: &'a (dyn Fn(&str) -> Result<String, String> + Sync),
+    ) -> volumes::Sources<'a> {
+        volumes::Sources {
+            client: &self.context.client,
+            pod: &self.pod,
+            field,
+            api_ca: &self.context.api_ca,
+            hosts: &self.context.spec.hosts,
+        }
+    }
+
     /// Brings the volumes up to date with their Secrets, ConfigMaps and tokens.
     pub(super) async fn refresh_volumes(&mut self) {
         self.volumes_refresh = Instant::now() + VOLUME_REFRESH;
@@ -23,13 +37,7 @@ impl Worker {
             return;
         };
         let field = |path: &str| self.field(path);
-        let sources = volumes::Sources {
-            client: &self.context.client,
-            pod: &self.pod,
-            field: &field,
-            api_ca: &self.context.api_ca,
-            hosts: &self.context.spec.hosts,
-        };
+        let sources = self.sources(&field);
         if let Err(e) = volumes::refresh(&sources, volumes).await {
             tracing::warn!(pod = %self.name, error = %e, "refreshing the pod's volumes");
         }
@@ -43,13 +51,7 @@ impl Worker {
         }
         self.mount_retry = Instant::now() + CONFIG_RETRY;
         let field = |path: &str| self.field(path);
-        let sources = volumes::Sources {
-            client: &self.context.client,
-            pod: &self.pod,
-            field: &field,
-            api_ca: &self.context.api_ca,
-            hosts: &self.context.spec.hosts,
-        };
+        let sources = self.sources(&field);
         let prepared = volumes::prepare(&sources, &self.pod_dir().join("volumes")).await;
         match prepared {
             Ok(v) => {
