@@ -15,18 +15,22 @@
 //! - `attachment`: route attachment, BackendTLSPolicies in use, partitions' route tables and
 //!   listeners, tunnels' hostnames.
 //! - `selector`: the label selectors of allowedRoutes and allowedListeners against a namespace.
+//! - [`lane`]: routes changed since a model's snapshot, decided against that model alone and
+//!   spliced into the proxies' tables (the fast way of a route change).
 //!
 //! The golden tests in `tests/model/` run snapshots through [`compute`] and the status writer.
 
 mod attachment;
 mod classes;
 mod gateways;
+pub mod lane;
 mod listener_sets;
 mod selector;
 mod types;
 
 use std::collections::BTreeMap;
 
+pub use attachment::RouteContext;
 pub use types::*;
 
 use crate::dedicated::Verification;
@@ -40,6 +44,15 @@ pub fn compute(
     settings: &Settings,
     verifications: &BTreeMap<String, Verification>,
 ) -> Model {
+    compute_with_context(snap, settings, verifications).0
+}
+
+/// [`compute`], with what attaching routes read (for [`lane`]).
+pub fn compute_with_context(
+    snap: &Snapshot,
+    settings: &Settings,
+    verifications: &BTreeMap<String, Verification>,
+) -> (Model, RouteContext) {
     let mut model = Model::default();
     let classes = classes::decide(snap, settings, &mut model);
     let idx = BackendIndex::new(
@@ -52,9 +65,10 @@ pub fn compute(
     );
     gateways::decide(snap, &classes, verifications, &idx, &mut model);
     listener_sets::decide(snap, &idx, &mut model);
-    attachment::routes(snap, settings, &idx, &mut model);
+    let ctx = RouteContext::new(snap, idx, &model);
+    attachment::routes(snap, settings, &ctx, &mut model);
     listener_sets::partition_listeners(&mut model);
     attachment::partitions(&mut model);
     attachment::shadows(&mut model);
-    model
+    (model, ctx)
 }

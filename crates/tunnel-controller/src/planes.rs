@@ -11,6 +11,10 @@
 //! A proxy that holds the previous version gets a delta (only the routes that changed); any
 //! other, or one that refuses the delta, gets the whole document.
 //! [`PushHealth`] turns rounds into the `ProxyConfigPushed` condition.
+//!
+//! Between rounds, the route lane ([`Planes::lane`]) splices changed routes into the held
+//! documents and pushes them at once the way the last round reached the proxies; a round made
+//! from a snapshot older than the lane's changes pushes nothing (it would take them back).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +24,7 @@ use tunnel_config::config::Config;
 use tunnel_config::delta::Delta;
 
 use crate::keys::PartitionKey;
+use crate::model::lane::Splice;
 use crate::push::{ConditionChange, PushHealth, PushOutcome, Pusher, Transport, VersionClock};
 
 /// The config-API port name on the headless Service (and its EndpointSlices).
@@ -103,15 +108,26 @@ pub struct RoundReport {
 
 #[derive(Default)]
 struct PartitionState {
+    /// The current document, with its version.
     doc: Option<Config>,
-    version: u64,
-    /// The document before `doc` and its version: a proxy holding it gets a delta.
-    prev: Option<(u64, Config)>,
+    /// The document before `doc`, with its version: a proxy holding it gets a delta.
+    prev: Option<Config>,
     held: BTreeMap<String, u64>,
     /// The endpoints ready in the last round.
     ready: BTreeSet<String>,
     health: PushHealth,
     last_error: String,
+    /// How the last round reached the proxies (the route lane pushes between rounds).
+    reach: Option<Reach>,
+    /// The watch event up to which the route lane brought route changes into `doc`.
+    lane_seq: u64,
+}
+
+/// A partition's proxies, as the last round reached them.
+struct Reach {
+    endpoints: Vec<String>,
+    token: String,
+    transport: Transport,
 }
 
 /// Push state of every partition.
@@ -130,9 +146,12 @@ impl Planes {
         }
     }
 
-    /// Delivers `doc` (version ignored) to `endpoints` of `partition` with `token` over
-    /// `transport`. A token or transport error (`Err`) counts as a failed round for every
-    /// endpoint.
+    /// Delivers `doc` (version ignored), made from the snapshot of watch events up to `seq`, to
+    /// `endpoints` of `partition` with `token` over `transport`. A token or transport error
+    /// (`Err`) counts as a failed round for every endpoint. When the route lane has brought
+    /// newer route changes into the partition than the snapshot holds, nothing is pushed (it
+    /// would take them back) and the round is incomplete: the next one, after those events,
+    /// pushes.
     pub async fn round(
         &mut self,
         partition: &PartitionKey,
@@ -140,6 +159,7 @@ impl Planes {
         endpoints: &ConfigEndpoints,
         token: Result<&str, &str>,
         transport: Result<&Transport, &str>,
+        seq: u64,
     ) -> RoundReport {
         let state = self.partitions.entry(partition.clone()).or_default();
         for gone_unready in state.ready.difference(&endpoints.ready) {
@@ -147,17 +167,45 @@ impl Planes {
         }
         state.ready = endpoints.ready.clone();
         let endpoints = &endpoints.all;
-        let mut content = doc.clone();
-        content.version = 0;
-        if state.doc.as_ref() != Some(&content) {
-            state.prev = state.doc.take().map(|d| (state.version, d));
-            state.version = self.clock.next();
-            state.doc = Some(content);
-        }
         state.held.retain(|ep, _| endpoints.contains(ep));
+        state.reach = match (token, transport) {
+            (Ok(token), Ok(transport)) => Some(Reach {
+                endpoints: endpoints.clone(),
+                token: token.to_owned(),
+                transport: transport.clone(),
+            }),
+            _ => None,
+        };
+        let holds_current = |state: &PartitionState| {
+            !endpoints.is_empty()
+                && endpoints
+                    .iter()
+                    .all(|ep| state.held.get(ep) == state.doc.as_ref().map(|d| &d.version))
+        };
+        if seq < state.lane_seq {
+            tracing::debug!(partition = %partition, seq, lane = state.lane_seq, "the route lane is ahead of this round's snapshot; not pushed");
+            return RoundReport {
+                incomplete: true,
+                loaded: holds_current(state),
+                failing: state.health.is_failing().then(|| state.last_error.clone()),
+                ..Default::default()
+            };
+        }
+        let same = state
+            .doc
+            .as_ref()
+            .is_some_and(|d| d.routes == doc.routes && d.listeners == doc.listeners);
+        if !same {
+            let mut next = doc.clone();
+            next.version = self.clock.next();
+            state.prev = state.doc.replace(next);
+        }
+        let Some(current) = state.doc.as_ref() else {
+            return RoundReport::default();
+        };
         let targets: Vec<String> = endpoints
             .iter()
-            .filter(|ep| state.held.get(*ep) != Some(&state.version))
+            .filter(|ep| state.held.get(*ep) != Some(&current.version))
             .cloned()
             .collect();
         if targets.is_empty() {
@@ -177,26 +225,20 @@ impl Planes {
                 ..Default::default()
             };
         }
-        let mut versioned = state.doc.clone().unwrap_or_default();
-        versioned.version = state.version;
         // Proxies holding the previous version get only what changed since.
-        let delta = state.prev.as_ref().and_then(|(base_version, base)| {
+        let delta = state.prev.as_ref().and_then(|base| {
             let based: BTreeSet<String> = targets
                 .iter()
-                .filter(|ep| state.held.get(*ep) == Some(base_version))
+                .filter(|ep| state.held.get(*ep) == Some(&base.version))
                 .cloned()
                 .collect();
-            (!based.is_empty()).then(|| {
-                let mut delta = Delta::between(base, &versioned);
-                delta.base_version = *base_version;
-                (delta, based)
-            })
+            (!based.is_empty()).then(|| (Delta::between(base, current), based))
         });
         let outcomes: Vec<(String, PushOutcome)> = match token.and_then(|t| Ok((t, transport?))) {
             Ok((token, transport)) => {
                 let delta = delta.as_ref().map(|(d, based)| (d, based));
                 self.pusher
-                    .push(&targets, token, &versioned, delta, &self.clock, transport)
+                    .push(&targets, token, current, delta, &self.clock, transport)
                     .await
             }
             Err(e) => targets
@@ -204,20 +246,8 @@ impl Planes {
                 .map(|t| (t.clone(), PushOutcome::Failed(e.to_owned())))
                 .collect(),
         };
-        for (ep, o) in &outcomes {
-            if o.is_loaded() {
-                state.held.insert(ep.clone(), state.version);
-            } else {
-                state.held.remove(ep);
-                state.last_error = format!("{ep}: {}", describe(o));
-            }
-        }
-        // The previous document is kept only while some proxy holds it (a delta's base).
-        if let Some((base_version, _)) = &state.prev
-            && !state.held.values().any(|v| v == base_version)
-        {
-            state.prev = None;
-        }
+        let version = current.version;
+        record_outcomes(state, version, &outcomes);
         let change = state.health.record(&outcomes);
         let incomplete = outcomes.iter().any(|(_, o)| !o.is_loaded());
         RoundReport {
@@ -227,6 +257,72 @@ impl Planes {
             outcomes,
             change: Some(change),
         }
+    }
+
+    /// The route lane between rounds: `splice` edits the held documents (all or none, see
+    /// [`crate::model::lane::splice`]); each partition it changed gets a new version, pushed at
+    /// once as a delta to the proxies that held the one before (the whole document to any other)
+    /// the way the last round reached them. Partitions no round has reached yet are not
+    /// offered. `seq`: the watch event the changes go up to. Push failures are left to the
+    /// next round (the proxy no longer counts as holding a version, so it is pushed again).
+    pub async fn lane<E>(
+        &mut self,
+        seq: u64,
+        splice: impl FnOnce(
+            Vec<(&PartitionKey, &mut Config)>,
+        ) -> Result<BTreeMap<PartitionKey, Splice>, E>,
+    ) -> Result<Vec<(PartitionKey, Vec<(String, PushOutcome)>)>, E> {
+        let docs = self
+            .partitions
+            .iter_mut()
+            .filter(|(_, s)| s.reach.is_some())
+            .filter_map(|(k, s)| s.doc.as_mut().map(|d| (k, d)))
+            .collect();
+        let splices = splice(docs)?;
+        let mut pushed = Vec::new();
+        for (partition, at) in splices {
+            let Some(state) = self.partitions.get_mut(&partition) else {
+                continue;
+            };
+            let (Some(doc), Some(reach)) = (state.doc.as_mut(), state.reach.as_ref()) else {
+                continue;
+            };
+            let base = doc.version;
+            doc.version = self.clock.next();
+            let delta = Delta {
+                base_version: base,
+                version: doc.version,
+                listeners: None,
+                start: at.start,
+                remove: at.remove,
+                routes: doc.routes[at.start..at.start + at.insert].to_vec(),
+            };
+            // The document before is gone (edited in place): a proxy still holding it gets the
+            // whole document next.
+            state.prev = None;
+            state.lane_seq = seq;
+            let based: BTreeSet<String> = reach
+                .endpoints
+                .iter()
+                .filter(|ep| state.held.get(*ep) == Some(&base))
+                .cloned()
+                .collect();
+            let outcomes = self
+                .pusher
+                .push(
+                    &reach.endpoints,
+                    &reach.token,
+                    doc,
+                    Some((&delta, &based)),
+                    &self.clock,
+                    &reach.transport,
+                )
+                .await;
+            let version = doc.version;
+            record_outcomes(state, version, &outcomes);
+            pushed.push((partition, outcomes));
+        }
+        Ok(pushed)
     }
 
     /// Forgets partitions that no longer exist.
@@ -252,6 +348,24 @@ impl Planes {
         if let Some(p) = self.partitions.get_mut(partition) {
             p.held.remove(endpoint);
         }
+    }
+}
+
+/// Which endpoints hold `version` after a push.
+fn record_outcomes(state: &mut PartitionState, version: u64, outcomes: &[(String, PushOutcome)]) {
+    for (ep, o) in outcomes {
+        if o.is_loaded() {
+            state.held.insert(ep.clone(), version);
+        } else {
+            state.held.remove(ep);
+            state.last_error = format!("{ep}: {}", describe(o));
+        }
+    }
+    // The previous document is kept only while some proxy holds it (a delta's base).
+    if let Some(base) = &state.prev
+        && !state.held.values().any(|v| *v == base.version)
+    {
+        state.prev = None;
     }
 }
 
@@ -324,6 +438,7 @@ mod tests {
                     &endpoints(&addr, ready),
                     Ok("t"),
                     Ok(&Transport::Plain),
+                    0,
                 )
                 .await;
             assert!(!report.incomplete, "{report:?}");

@@ -2,10 +2,13 @@
 //! controller reads, and a [`Snapshot`] of all stores taken at the start of each sync round.
 //!
 //! Every watch event wakes the sync loop through one [`Notify`]; the loop debounces, so a burst
-//! of changes becomes one round (and one Cloudflare write per tunnel). Managed fields are dropped
+//! of changes becomes one round (and one Cloudflare write per tunnel). The [`Journal`] numbers
+//! the events and remembers which routes changed, for the route lane (a route change spliced
+//! into the tables of the last round's model while nothing else changed). Managed fields are dropped
 //! before objects enter a store: the controller never reads them and they are most of an
 //! object's size.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::{Arc, PoisonError};
 
@@ -23,13 +26,15 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use crate::api::{AccessPolicy, GatewayClassConfig, GatewayConfig};
+use crate::keys::{ObjKey, RouteId, RouteKind};
+use crate::model::lane::RouteNow;
 
 /// When the watched objects last changed.
 #[derive(Clone, Default)]
@@ -49,10 +54,81 @@ impl LastChange {
     }
 }
 
+/// The watch events in order: the number of the last one, of the last one that was not about a
+/// route, and of the last one about each route since [`Journal::forget_until`].
+#[derive(Clone, Default)]
+pub struct Journal {
+    state: Arc<std::sync::Mutex<JournalState>>,
+    /// Notified on every route event.
+    routes_changed: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct JournalState {
+    seq: u64,
+    other: u64,
+    routes: BTreeMap<RouteId, u64>,
+}
+
+impl Journal {
+    fn record(&self, route: Option<RouteId>) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.seq += 1;
+        let seq = s.seq;
+        match route {
+            Some(id) => {
+                s.routes.insert(id, seq);
+                drop(s);
+                self.routes_changed.notify_one();
+            }
+            None => s.other = seq,
+        }
+    }
+
+    /// The number of the last event (everything up to it is in the stores).
+    pub fn seq(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seq
+    }
+
+    /// The number of the last event, and the routes changed after event `seq`; `None` when
+    /// something other than a route changed after it.
+    pub fn routes_since(&self, seq: u64) -> Option<(u64, Vec<RouteId>)> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if s.other > seq {
+            return None;
+        }
+        let routes = s
+            .routes
+            .iter()
+            .filter(|(_, at)| **at > seq)
+            .map(|(id, _)| id.clone())
+            .collect();
+        Some((s.seq, routes))
+    }
+
+    /// Forgets the routes changed up to event `seq` (a round has seen them).
+    pub fn forget_until(&self, seq: u64) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .routes
+            .retain(|_, at| *at > seq);
+    }
+
+    /// Wakes on the next route event (or at once, for one that came unwaited).
+    pub async fn route_changed(&self) {
+        self.routes_changed.notified().await;
+    }
+}
+
 /// The stores of every watched kind.
 #[derive(Clone)]
 pub struct Stores {
     last_change: LastChange,
+    journal: Journal,
     gateway_classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     http_routes: Store<HttpRoute>,
@@ -104,9 +180,11 @@ impl Stores {
     /// Starts a reflector per kind (cluster-wide); each event notifies `changed`.
     pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
         let last = LastChange::default();
-        let changed = &(changed, last.clone());
+        let journal = Journal::default();
+        let changed = &(changed, last.clone(), journal.clone());
         Stores {
             last_change: last.clone(),
+            journal,
             gateway_classes: reflect(client, changed),
             gateways: reflect(client, changed),
             http_routes: reflect(client, changed),
@@ -162,6 +240,25 @@ impl Stores {
         &self.last_change
     }
 
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// A route as the store holds it now (`None`: not there).
+    pub fn route(&self, id: &RouteId) -> Option<RouteNow> {
+        let ObjKey { namespace, name } = &id.key;
+        match id.kind {
+            RouteKind::Http => self
+                .http_routes
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(RouteNow::Http),
+            RouteKind::Grpc => self
+                .grpc_routes
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(RouteNow::Grpc),
+        }
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             gateway_classes: self.gateway_classes.state(),
@@ -190,7 +287,7 @@ impl Stores {
 /// The label every rendered plane object carries.
 const PLANE_SELECTOR: &str = "app.kubernetes.io/managed-by=tunnel-controller";
 
-type Changed = (Arc<Notify>, LastChange);
+type Changed = (Arc<Notify>, LastChange, Journal);
 
 fn reflect<K>(client: &Client, changed: &Changed) -> Store<K>
 where
@@ -225,8 +322,19 @@ where
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
-            if let Err(e) = event {
+            if let Err(e) = &event {
                 tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying with backoff");
+            }
+            if let Ok(obj) = &event {
+                let kind = match K::kind(&()).as_ref() {
+                    "HTTPRoute" => Some(RouteKind::Http),
+                    "GRPCRoute" => Some(RouteKind::Grpc),
+                    _ => None,
+                };
+                changed.2.record(kind.map(|kind| RouteId {
+                    kind,
+                    key: ObjKey::of(obj),
+                }));
             }
             changed.1.touch();
             changed.0.notify_one();

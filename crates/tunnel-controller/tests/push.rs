@@ -703,7 +703,14 @@ async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
     let key = tunnel_controller::keys::PartitionKey::Shared;
     let mut round = async |doc: &Config| {
         let report = planes
-            .round(&key, doc, &shared(&relay), Ok("t"), Ok(&Transport::Plain))
+            .round(
+                &key,
+                doc,
+                &shared(&relay),
+                Ok("t"),
+                Ok(&Transport::Plain),
+                0,
+            )
             .await;
         assert!(report.loaded, "{report:?}");
         let held = p.state.document().unwrap();
@@ -749,6 +756,7 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
             &shared(&relay),
             Ok("t"),
             Ok(&Transport::Plain),
+            0,
         )
         .await;
     assert!(report.loaded, "{report:?}");
@@ -760,7 +768,14 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     p.state.apply(&serde_json::to_vec(&other).unwrap()).unwrap();
     let next = routes_doc(20, 5, "new.example.com");
     let report = planes
-        .round(&key, &next, &shared(&relay), Ok("t"), Ok(&Transport::Plain))
+        .round(
+            &key,
+            &next,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+            0,
+        )
         .await;
     assert!(report.loaded, "{report:?}");
     // PATCH refused (409), PUT refused as older (409), PUT above the proxy's version.
@@ -770,4 +785,89 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     assert!(held.version > v1 + 1000);
     held.version = 0;
     assert_eq!(held, next);
+}
+
+#[tokio::test]
+async fn the_route_lane_pushes_a_splice_and_an_older_round_does_not_take_it_back() {
+    use std::collections::BTreeMap;
+    use tunnel_controller::keys::PartitionKey;
+    use tunnel_controller::model::lane::Splice;
+
+    let p = proxy_api("t").await;
+    let (relay, seen) = recording_relay(p.addr.clone()).await;
+    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let key = PartitionKey::Shared;
+    let before = routes_doc(200, 0, "r0.example.com");
+    let report = planes
+        .round(
+            &key,
+            &before,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+            1,
+        )
+        .await;
+    assert!(report.loaded, "{report:?}");
+    let v1 = p.state.document().unwrap().version;
+
+    // The lane, as of watch event 5: route 150 gets another hostname, in place.
+    let after = routes_doc(200, 150, "new.example.com");
+    let pushed = planes
+        .lane(5, |docs| {
+            let mut out = BTreeMap::new();
+            for (partition, doc) in docs {
+                doc.routes[150] = after.routes[150].clone();
+                out.insert(
+                    partition.clone(),
+                    Splice {
+                        start: 150,
+                        remove: 1,
+                        insert: 1,
+                    },
+                );
+            }
+            Ok::<_, std::convert::Infallible>(out)
+        })
+        .await
+        .unwrap();
+    assert_eq!(pushed.len(), 1);
+    assert!(pushed[0].1.iter().all(|(_, o)| o.is_loaded()), "{pushed:?}");
+    let held = p.state.document().unwrap();
+    assert!(held.version > v1);
+    let mut content = (*held).clone();
+    content.version = 0;
+    assert_eq!(content, after, "the proxy holds the spliced document");
+    assert_eq!(methods(&seen).0, 1);
+    assert_eq!(methods(&seen).1, 1, "the lane sends a delta");
+
+    // A round made from a snapshot before event 5 (it has the old route 150) pushes nothing.
+    let report = planes
+        .round(
+            &key,
+            &before,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+            4,
+        )
+        .await;
+    assert!(report.incomplete && report.loaded, "{report:?}");
+    assert_eq!(p.state.document().unwrap().version, held.version);
+    assert_eq!((methods(&seen).0, methods(&seen).1), (1, 1));
+
+    // The round after it finds the proxy holding what it would push.
+    let report = planes
+        .round(
+            &key,
+            &after,
+            &shared(&relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+            6,
+        )
+        .await;
+    assert!(report.loaded && !report.incomplete, "{report:?}");
+    assert_eq!((methods(&seen).0, methods(&seen).1), (1, 1));
+    assert_eq!(p.state.document().unwrap().version, held.version);
 }

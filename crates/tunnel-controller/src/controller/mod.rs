@@ -8,6 +8,13 @@
 //!
 //! Only the leader runs rounds; the stores are warm on every replica, so a new leader starts at
 //! once.
+//!
+//! Beside the rounds, the route lane (its own task): when only routes changed since the last
+//! round's snapshot, it decides the changed routes again against that round's model
+//! ([`crate::model::lane`]) and pushes the spliced tables at once ([`Planes::lane`]), so a route
+//! change reaches the proxies without waiting for a round over every object (TG-15's
+//! propagation target). The round that follows writes the statuses and finds the tables
+//! already pushed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
@@ -32,7 +39,7 @@ use crate::keys::{ObjKey, PartitionKey};
 use crate::metrics::{
     KindLabel, Metrics, PushLabels, ReasonLabel, StatusLabel, TlsExpiryLabels, TunnelLabel,
 };
-use crate::model::{self, Model, Plane, Settings};
+use crate::model::{self, Model, Plane, RouteContext, Settings};
 use crate::names::{PlaneNames, sha256_hex};
 use crate::planes::{self, Planes};
 use crate::push::{ConditionChange, PushOutcome, Transport};
@@ -94,6 +101,16 @@ pub struct Controller {
     /// The planes whose certificate expiry series the last round published.
     tls_planes: std::sync::Mutex<BTreeSet<String>>,
     changed: Arc<Notify>,
+    /// The last round's model, what it read of routes' surroundings, and the watch event its
+    /// snapshot goes up to: what the route lane decides changed routes against.
+    basis: std::sync::Mutex<Option<Arc<Basis>>>,
+}
+
+/// A round's model as the route lane uses it.
+struct Basis {
+    seq: u64,
+    model: Arc<Model>,
+    ctx: RouteContext,
 }
 
 /// What a round left undone.
@@ -144,12 +161,100 @@ impl Controller {
             refusal_reasons: std::sync::Mutex::default(),
             tls_planes: std::sync::Mutex::default(),
             changed: p.changed,
+            basis: std::sync::Mutex::default(),
         }
     }
 
-    /// Runs rounds while `leader` is true; returns when `leader`'s sender is gone. Call it once
-    /// [`Stores::ready`] has returned.
-    pub async fn run(&self, mut leader: watch::Receiver<bool>) {
+    /// Runs rounds, and the route lane beside them, while `leader` is true; returns when
+    /// `leader`'s sender is gone. Call it once [`Stores::ready`] has returned.
+    pub async fn run(self: Arc<Self>, leader: watch::Receiver<bool>) {
+        let lane = tokio::spawn(self.clone().lane(leader.clone()));
+        self.rounds(leader).await;
+        lane.abort();
+    }
+
+    /// The route lane: on each route event, while the changes since the last round's snapshot
+    /// are all routes', their tables are spliced and pushed at once. Anything it declines (or a
+    /// change of another kind) waits for the round, which every event also wakes.
+    async fn lane(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
+        let journal = self.stores.journal().clone();
+        loop {
+            tokio::select! {
+                _ = journal.route_changed() => {}
+                r = leader.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            if !*leader.borrow() {
+                continue;
+            }
+            let Some(basis) = self
+                .basis
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+            else {
+                continue;
+            };
+            let Some((seq, routes)) = journal.routes_since(basis.seq) else {
+                continue; // something else changed too: the round decides
+            };
+            if routes.is_empty() {
+                continue;
+            }
+            let started = Instant::now();
+            let edits = routes
+                .iter()
+                .map(|id| {
+                    model::lane::decide(
+                        &basis.model,
+                        &basis.ctx,
+                        id,
+                        self.stores.route(id).as_ref(),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>();
+            let edits = match edits {
+                Ok(edits) => edits,
+                Err(why) => {
+                    tracing::debug!(%why, "route lane declined; the round decides");
+                    continue;
+                }
+            };
+            let mut planes = self.planes.lock().await;
+            match planes
+                .lane(seq, |docs| model::lane::splice(&edits, docs))
+                .await
+            {
+                Err(why) => tracing::debug!(%why, "route lane declined; the round decides"),
+                Ok(pushed) => {
+                    for (partition, outcomes) in &pushed {
+                        for (_, o) in outcomes {
+                            self.metrics
+                                .pushes
+                                .get_or_create(&PushLabels {
+                                    partition: partition.to_string(),
+                                    result: push_result(o),
+                                })
+                                .inc();
+                        }
+                    }
+                    tracing::debug!(
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        routes = routes.len(),
+                        partitions = pushed.len(),
+                        seq,
+                        "route lane"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn rounds(&self, mut leader: watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(500);
         let mut retry_at: Option<Instant> = None;
         let mut last_end: Option<Instant> = None;
@@ -236,9 +341,18 @@ impl Controller {
 
     async fn round(&self) -> Outcome {
         let started = Instant::now();
+        // Read before the snapshot: the snapshot holds every event up to it.
+        let seq = self.stores.journal().seq();
         let snap = self.stores.snapshot();
         let mut outcome = Outcome::default();
-        let model = self.model(&snap, &mut outcome).await;
+        let (model, ctx) = self.model(&snap, &mut outcome).await;
+        let model = Arc::new(model);
+        *self.basis.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(Basis {
+            seq,
+            model: model.clone(),
+            ctx,
+        }));
+        self.stores.journal().forget_until(seq);
         self.publish_tallies(&model);
         let modelled = started.elapsed();
         let mut effects = Effects::default();
@@ -371,6 +485,7 @@ impl Controller {
                         &endpoints,
                         token.as_deref().map_err(String::as_str),
                         transport.as_ref().map_err(String::as_str),
+                        seq,
                     )
                     .await;
                 self.count("Partition", !report.incomplete);
@@ -556,11 +671,15 @@ impl Controller {
 
     /// The model, after asking the Cloudflare API about any tunnel claim it has not answered
     /// yet (then decided again with the answers).
-    async fn model(&self, snap: &crate::world::Snapshot, outcome: &mut Outcome) -> Model {
+    async fn model(
+        &self,
+        snap: &crate::world::Snapshot,
+        outcome: &mut Outcome,
+    ) -> (Model, RouteContext) {
         let known = self.verifications.lock().await.clone();
-        let model = model::compute(snap, &self.settings, &known);
+        let (model, ctx) = model::compute_with_context(snap, &self.settings, &known);
         if model.verify_requests.is_empty() {
-            return model;
+            return (model, ctx);
         }
         let answers = futures::future::join_all(
             model
@@ -578,7 +697,7 @@ impl Controller {
             known.insert(key, answer);
         }
         let known = known.clone();
-        model::compute(snap, &self.settings, &known)
+        model::compute_with_context(snap, &self.settings, &known)
     }
 }
 

@@ -28,9 +28,61 @@ use crate::shadowing;
 use crate::translate::{self, BackendIndex};
 use crate::world::Snapshot;
 
+/// What attaching a route reads besides the model's Gateways and ListenerSets, built once per
+/// snapshot and kept with its model so that a changed route can be decided again against
+/// them alone (see [`super::lane`]).
+pub struct RouteContext {
+    pub(super) idx: BackendIndex,
+    pub(super) namespaces: BTreeMap<String, Arc<Namespace>>,
+    pub(super) families: Families,
+    /// Each route's UID in the snapshot: a route with another UID now was deleted and made
+    /// again (another creation time, so another place in the tables).
+    pub(super) uids: BTreeMap<RouteId, Option<String>>,
+    /// Partitions whose tables are the union of several dedicated Gateways' (one tunnel).
+    pub(super) unions: BTreeSet<PartitionKey>,
+}
+
+impl RouteContext {
+    /// Call once Gateways and ListenerSets are decided (the listener families come from them).
+    pub(super) fn new(snap: &Snapshot, idx: BackendIndex, model: &Model) -> Self {
+        let uids = snap
+            .http_routes
+            .iter()
+            .map(|r| {
+                (
+                    route_id(RouteKind::Http, r.as_ref()),
+                    r.metadata.uid.clone(),
+                )
+            })
+            .chain(snap.grpc_routes.iter().map(|r| {
+                (
+                    route_id(RouteKind::Grpc, r.as_ref()),
+                    r.metadata.uid.clone(),
+                )
+            }))
+            .collect();
+        Self {
+            idx,
+            namespaces: snap
+                .namespaces
+                .iter()
+                .map(|n| (n.name_any(), n.clone()))
+                .collect(),
+            families: listener_families(model),
+            uids,
+            unions: tunnel_groups(model)
+                .into_values()
+                .filter(|m| m.len() > 1)
+                .flatten()
+                .collect(),
+        }
+    }
+}
+
 /// Attaches every route (oldest first, the Gateway API tie-break and the ingress rule
 /// priority) to the Gateways of `model`, and decides the BackendTLSPolicies they use.
-pub(super) fn routes(snap: &Snapshot, settings: &Settings, idx: &BackendIndex, model: &mut Model) {
+pub(super) fn routes(snap: &Snapshot, settings: &Settings, ctx: &RouteContext, model: &mut Model) {
+    let idx = &ctx.idx;
     let mut routes: Vec<RouteView> = snap
         .http_routes
         .iter()
@@ -45,13 +97,10 @@ pub(super) fn routes(snap: &Snapshot, settings: &Settings, idx: &BackendIndex, m
             b.id.kind,
         ))
     });
-    let namespaces: BTreeMap<String, &Arc<Namespace>> =
-        snap.namespaces.iter().map(|n| (n.name_any(), n)).collect();
     // Which Gateways reach each Service, for BackendTLSPolicy ancestors.
     let mut uses: BTreeMap<(String, String), BTreeSet<ObjKey>> = BTreeMap::new();
-    let families = listener_families(model);
     for route in &routes {
-        route_outcome(route, model, &mut uses, &namespaces, &families, idx);
+        route_outcome(route, model, &mut uses, ctx);
     }
     for policy in &snap.backend_tls_policies {
         let ns = policy.namespace().unwrap_or_default();
@@ -138,15 +187,7 @@ pub(super) fn partitions(model: &mut Model) {
     }
     // Dedicated Gateways sharing a tunnel: every plane of the tunnel gets every route of it
     // (cloudflared hands any of the tunnel's hostnames to any of its connectors).
-    let mut groups: BTreeMap<String, Vec<PartitionKey>> = BTreeMap::new();
-    for gw in model.gateways.values() {
-        if let (Some(tunnel), Some(p @ PartitionKey::Dedicated(_)), Some(_)) =
-            (&gw.tunnel, &gw.partition, &gw.sharing)
-        {
-            groups.entry(tunnel.clone()).or_default().push(p.clone());
-        }
-    }
-    for members in groups.values().filter(|m| m.len() > 1) {
+    for members in tunnel_groups(model).values().filter(|m| m.len() > 1) {
         let mut union = PartitionPlan::default();
         for m in members {
             if let Some(plan) = model.partitions.get(m) {
@@ -185,6 +226,26 @@ pub(super) fn partitions(model: &mut Model) {
             }
         }
     }
+}
+
+fn route_id(kind: RouteKind, route: &impl ResourceExt) -> RouteId {
+    RouteId {
+        kind,
+        key: ObjKey::of(route),
+    }
+}
+
+/// The dedicated partitions of each tunnel that Gateways share.
+fn tunnel_groups(model: &Model) -> BTreeMap<String, Vec<PartitionKey>> {
+    let mut groups: BTreeMap<String, Vec<PartitionKey>> = BTreeMap::new();
+    for gw in model.gateways.values() {
+        if let (Some(tunnel), Some(p @ PartitionKey::Dedicated(_)), Some(_)) =
+            (&gw.tunnel, &gw.partition, &gw.sharing)
+        {
+            groups.entry(tunnel.clone()).or_default().push(p.clone());
+        }
+    }
+    groups
 }
 
 /// The winners a [`ROUTE_SHADOWED`] message names (a catch-all route loses to every route of
@@ -258,7 +319,7 @@ fn table_route(r: &config::Route) -> Option<RouteId> {
 }
 
 /// The parts of a route that attachment reads, the same for both kinds.
-struct RouteView {
+pub(super) struct RouteView {
     id: RouteId,
     created: Option<Time>,
     generation: Option<i64>,
@@ -307,11 +368,11 @@ macro_rules! route_view {
 }
 
 impl RouteView {
-    fn http(r: &Arc<HttpRoute>) -> RouteView {
+    pub(super) fn http(r: &Arc<HttpRoute>) -> RouteView {
         route_view!(r, RouteKind::Http, http: Some(r.clone()), grpc: None)
     }
 
-    fn grpc(r: &Arc<GrpcRoute>) -> RouteView {
+    pub(super) fn grpc(r: &Arc<GrpcRoute>) -> RouteView {
         route_view!(r, RouteKind::Grpc, http: None, grpc: Some(r.clone()))
     }
 }
@@ -320,10 +381,61 @@ fn route_outcome(
     route: &RouteView,
     model: &mut Model,
     uses: &mut BTreeMap<(String, String), BTreeSet<ObjKey>>,
-    namespaces: &BTreeMap<String, &Arc<Namespace>>,
-    families: &Families,
-    idx: &BackendIndex,
+    ctx: &RouteContext,
 ) {
+    let Some(r) = route_result(route, model, ctx) else {
+        return;
+    };
+    for (partition, entries) in r.entries {
+        model
+            .partitions
+            .entry(partition)
+            .or_default()
+            .doc
+            .routes
+            .extend(entries);
+    }
+    for p in r.parents.iter().filter(|p| p.attached) {
+        let counted = match &p.listener_set {
+            Some(ls) => model.listener_sets.get_mut(ls).map(|ls| &mut ls.view),
+            None => model.gateways.get_mut(&p.gateway),
+        };
+        if let Some(gw) = counted {
+            count_attachment(gw, p);
+        }
+    }
+    for p in r.parents.iter().filter(|p| p.hostnames.is_some()) {
+        for svc in &r.services {
+            uses.entry(svc.clone())
+                .or_default()
+                .insert(p.gateway.clone());
+        }
+    }
+    model.routes.push(RouteOutcome {
+        id: route.id.clone(),
+        generation: route.generation,
+        resource_version: route.resource_version.clone(),
+        current_parents: route.current_parents.clone(),
+        parents: r.parents,
+    });
+}
+
+/// What one route decides against the Gateways and ListenerSets of `model`: its parents, its
+/// table entries by partition (empty where its rules are refused), the Services it reaches.
+/// Reads nothing of other routes: a route's entries depend only on its own object, the
+/// Gateways, ListenerSets and namespaces, and the backend index.
+pub(super) struct RouteResult {
+    parents: Vec<ParentOutcome>,
+    pub(super) entries: Vec<(PartitionKey, Vec<config::Route>)>,
+    services: BTreeSet<(String, String)>,
+}
+
+/// `None`: no parent of the route is ours.
+pub(super) fn route_result(
+    route: &RouteView,
+    model: &Model,
+    ctx: &RouteContext,
+) -> Option<RouteResult> {
     let mut parents = Vec::new();
     // Per partition: what the route serves there, and the lowest port of the listeners it
     // attached to there (the redirect port, see `set_listener_port`).
@@ -347,8 +459,12 @@ fn route_outcome(
         } else {
             continue;
         };
-        let family = families.get(&gw_key).map(Vec::as_slice).unwrap_or_default();
-        let (accepted, attachment) = attach(route, gw, &status_ref, namespaces, family);
+        let family = ctx
+            .families
+            .get(&gw_key)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let (accepted, attachment) = attach(route, gw, &status_ref, &ctx.namespaces, family);
         let (listeners, served_through, isolated) = match attachment {
             Some(a) => (Some(a.listeners), a.served, a.isolated),
             None => (None, None, false),
@@ -377,30 +493,33 @@ fn route_outcome(
         }
     }
     if parents.is_empty() {
-        return;
+        return None;
     }
 
     // Rule contents: translated once per partition (the backend client certificate is the first
     // attached Gateway's there).
     let mut content: Option<RuleVerdicts> = None;
     let mut services: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut entries = Vec::new();
     for (partition, (hosts, gw_key, port)) in &served {
         let cert = model
             .gateways
             .get(gw_key)
             .and_then(|g| g.client_cert.clone());
-        let Some(t) = translate_route(route, hosts, *port, cert.as_ref(), idx) else {
+        let Some(t) = translate_route(route, hosts, *port, cert.as_ref(), &ctx.idx) else {
             continue;
         };
         services.extend(t.services);
-        let plan = model.partitions.entry(partition.clone()).or_default();
-        if t.verdicts.refused.is_none() {
-            plan.doc.routes.extend(t.entries);
-        }
+        let served = if t.verdicts.refused.is_none() {
+            t.entries
+        } else {
+            Vec::new()
+        };
+        entries.push((partition.clone(), served));
         content.get_or_insert(t.verdicts);
     }
     if content.is_none() {
-        content = unserved_rule_verdicts(route, &parents, model, idx);
+        content = unserved_rule_verdicts(route, &parents, model, &ctx.idx);
     }
 
     // Verdicts about the rules apply to every attached parent.
@@ -428,30 +547,12 @@ fn route_outcome(
         {
             p.verdicts.push(sharing.route_verdict());
         }
-        let counted = match &p.listener_set {
-            Some(ls) => model.listener_sets.get_mut(ls).map(|ls| &mut ls.view),
-            None => model.gateways.get_mut(&p.gateway),
-        };
-        if p.attached
-            && let Some(gw) = counted
-        {
-            count_attachment(gw, p);
-        }
     }
-    for p in parents.iter().filter(|p| p.hostnames.is_some()) {
-        for svc in &services {
-            uses.entry(svc.clone())
-                .or_default()
-                .insert(p.gateway.clone());
-        }
-    }
-    model.routes.push(RouteOutcome {
-        id: route.id.clone(),
-        generation: route.generation,
-        resource_version: route.resource_version.clone(),
-        current_parents: route.current_parents.clone(),
+    Some(RouteResult {
         parents,
-    });
+        entries,
+        services,
+    })
 }
 
 /// What a route's rules say about it on every parent it attached to.
@@ -619,7 +720,7 @@ fn attach(
     route: &RouteView,
     gw: &GatewayOutcome,
     pref: &ParentRef,
-    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+    namespaces: &BTreeMap<String, Arc<Namespace>>,
     family: &[(i32, Option<String>)],
 ) -> (Verdict, Option<Attachment>) {
     let (section, port) = (pref.section_name.as_deref(), pref.port);
@@ -789,7 +890,7 @@ fn namespace_allowed(
     l: &GatewayListeners,
     gw: &Gateway,
     route_ns: &str,
-    namespaces: &BTreeMap<String, &Arc<Namespace>>,
+    namespaces: &BTreeMap<String, Arc<Namespace>>,
 ) -> bool {
     let ns = l
         .allowed_routes

@@ -9,6 +9,9 @@
 //! out file shows the Access applications each installation should hold and the policies'
 //! statuses.
 //!
+//! The same cases check the route lane (`lane`): a changed route spliced into the tables makes
+//! the tables a full computation makes.
+//!
 //! `UPDATE_GOLDEN=1 cargo test -p tunnel-controller --test model` rewrites the out files.
 
 use std::collections::BTreeMap;
@@ -39,6 +42,8 @@ use tunnel_controller::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKin
 use tunnel_controller::model::{self, Model, Plane, Settings};
 use tunnel_controller::status::{self, Effects, Notice, Write};
 use tunnel_controller::world::Snapshot;
+
+mod lane;
 
 const CONTROLLER: &str = "cf.k8s.lex.la/tunnel-controller";
 
@@ -436,6 +441,14 @@ fn effects(e: CaseEffects, model: &Model) -> Effects {
 /// The model as the controller computes it after asking the Cloudflare API about every claim
 /// (the case's answers; verified when it gives none).
 fn compute(snap: &Snapshot, answers: &BTreeMap<String, CaseVerification>) -> Model {
+    compute_with_context(snap, answers).0
+}
+
+/// The case's model (with its answers about tunnel claims) and its route context.
+fn compute_with_context(
+    snap: &Snapshot,
+    answers: &BTreeMap<String, CaseVerification>,
+) -> (Model, model::RouteContext) {
     let first = model::compute(snap, &settings(), &BTreeMap::new());
     let verifications = first
         .verify_requests
@@ -451,7 +464,7 @@ fn compute(snap: &Snapshot, answers: &BTreeMap<String, CaseVerification>) -> Mod
             (r.key.clone(), answer)
         })
         .collect();
-    model::compute(snap, &settings(), &verifications)
+    model::compute_with_context(snap, &settings(), &verifications)
 }
 
 fn project(model: &Model, writes: &[Write], notices: &[Notice]) -> Out {
