@@ -224,7 +224,9 @@ impl Controller {
                     continue;
                 }
             };
+            let decided = started.elapsed();
             let mut planes = self.planes.lock().await;
+            let locked = started.elapsed();
             match planes
                 .lane(seq, |docs| model::lane::splice(&edits, docs))
                 .await
@@ -244,6 +246,8 @@ impl Controller {
                     }
                     tracing::debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
+                        decide_us = decided.as_micros() as u64,
+                        lock_wait_ms = (locked - decided).as_millis() as u64,
                         routes = routes.len(),
                         partitions = pushed.len(),
                         seq,
