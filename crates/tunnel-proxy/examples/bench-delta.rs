@@ -1,8 +1,8 @@
 //! What applying a one-route delta (`PATCH /config`) costs the proxy with thousands of routes
 //! loaded: `State::apply_delta` timed in a loop, beside a whole-document `State::apply`. No
 //! sockets, no runtime: the push path alone. For a load-independent figure run it under
-//! `valgrind --tool=callgrind --toggle-collect='*State::apply_delta*'` (instructions of the
-//! deltas only; see docs/benchmarks.md).
+//! `valgrind --tool=callgrind --toggle-collect=bench_delta::patch` (instructions of the deltas
+//! only; `bench_delta::put` for the whole document; see docs/benchmarks.md).
 //!
 //! Usage: `bench-delta [ROUTES] [DELTAS]` (default 3000 routes, 200 deltas). The document is
 //! shaped as `make bench-propagation`'s: ten routes per Gateway hostname, one PathPrefix rule
@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tunnel_proxy::state::State;
+use tunnel_proxy::state::{ApplyError, State};
 
 const SERVICES: usize = 30;
 const ROUTES_PER_HOST: usize = 10;
@@ -41,6 +41,18 @@ fn document(routes: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// `PUT /config` without the HTTP exchange; a function of its own for callgrind's toggle.
+#[inline(never)]
+fn put(state: &State, body: &[u8]) -> Result<u64, ApplyError> {
+    state.apply(body)
+}
+
+/// `PATCH /config` without the HTTP exchange.
+#[inline(never)]
+fn patch(state: &State, body: &[u8]) -> Result<u64, ApplyError> {
+    state.apply_delta(body)
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let routes: usize = args.next().map_or(Ok(3000), |a| a.parse())?;
@@ -48,7 +60,7 @@ fn main() -> anyhow::Result<()> {
     let state = State::new();
     let whole = document(routes);
     let started = Instant::now();
-    state.apply(&whole)?;
+    put(&state, &whole)?;
     let put = started.elapsed();
 
     // Spread over the table: the changed route's place changes from one delta to the next.
@@ -70,7 +82,7 @@ fn main() -> anyhow::Result<()> {
     let mut times = Vec::with_capacity(deltas);
     for body in &bodies {
         let started = Instant::now();
-        state.apply_delta(body)?;
+        patch(&state, body)?;
         times.push(started.elapsed());
     }
     times.sort();
