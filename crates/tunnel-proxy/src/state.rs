@@ -247,3 +247,6 @@ impl Listeners {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -566,6 +566,12 @@ impl ClientCache {
     pub fn forget_unused(&mut self) {
         self.clients.retain(|_, cached| cached.routes > 0);
     }
+
+    /// The settings it has clients for.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> std::collections::HashSet<ClientKey> {
+        self.clients.keys().cloned().collect()
+    }
 }
 
 fn tls_fingerprint(tls: &BackendTls) -> [u8; 32] {
