@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
             }
             let pick = |t: &RouteTable, m: &Option<RouteMatch<'_, _>>| {
                 m.as_ref().map(|m| {
-                    let rule = t.table.rules().iter().position(|r| std::ptr::eq(r, m.rule));
+                    let rule = t.table.rules().position(|r| std::ptr::eq(r, m.rule));
                     (
                         rule,
                         m.hostname.to_owned(),

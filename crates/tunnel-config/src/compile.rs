@@ -152,7 +152,7 @@ pub trait Build {
     /// A backend with endpoints, ready to forward to.
     type Upstream;
     /// What the table keeps per route hostname label (the proxy: its metrics handles).
-    type Host;
+    type Host: Clone;
     /// Checks and builds the endpoints of a backend; `tls` when it is dialled with TLS.
     fn upstream(
         &mut self,
@@ -160,7 +160,8 @@ pub trait Build {
         protocol: BackendProtocol,
         tls: Option<&BackendTls>,
     ) -> Result<Self::Upstream, UpstreamError>;
-    /// The state of a hostname label, made once per label.
+    /// The state of a hostname label, asked for by each route that has the label; a table
+    /// keeps the first route's.
     fn host(&mut self, label: &str) -> Self::Host;
 }
 
@@ -199,6 +200,52 @@ impl<U, H> RouteTable<U, H> {
     pub fn host(&self, hostname: &str) -> Option<&H> {
         self.hosts.get(hostname)
     }
+
+    /// The hostname labels of its routes (`*` for a route without hostnames), each once.
+    pub fn labels(&self) -> impl Iterator<Item = &str> {
+        self.hosts.keys().map(String::as_str)
+    }
+}
+
+impl<U, H: Clone> RouteTable<U, H> {
+    /// The table of a document from its parts: the listeners' gate ([`compile_listeners`]) and
+    /// its routes in document order ([`compile_route`]), which it shares with any other table
+    /// built from them. The table [`compile`] makes of the same document.
+    pub fn assemble<'a>(
+        version: u64,
+        listeners: Arc<[HostPattern]>,
+        routes: impl IntoIterator<Item = &'a CompiledRoute<U, H>>,
+    ) -> Self
+    where
+        U: 'a,
+        H: 'a,
+    {
+        let mut hosts = crate::routing::HostMap::default();
+        let routes: Vec<_> = routes
+            .into_iter()
+            .map(|route| {
+                for (label, state) in &route.hosts {
+                    if !hosts.contains_key(label.as_str()) {
+                        hosts.insert(label.clone(), state.clone());
+                    }
+                }
+                route.spec.clone()
+            })
+            .collect();
+        RouteTable {
+            version,
+            table: Table::new(listeners, routes),
+            hosts,
+        }
+    }
+}
+
+/// One route compiled on its own: its rules, shared by every table that has the route (so a
+/// change to one route compiles only that route), and the state of its hostname labels.
+#[derive(Debug)]
+pub struct CompiledRoute<U, H> {
+    spec: Arc<RouteSpec<Rule<U>>>,
+    hosts: Vec<(String, H)>,
 }
 
 /// One compiled HTTPRoute or GRPCRoute rule.
@@ -315,8 +362,21 @@ pub fn compile<B: Build>(
     config: &Config,
     build: &mut B,
 ) -> Result<RouteTable<B::Upstream, B::Host>, CompileError> {
-    let listeners = config
-        .listeners
+    let listeners = compile_listeners(&config.listeners)?;
+    let routes = config
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, route)| compile_route(i, route, build))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RouteTable::assemble(config.version, listeners, &routes))
+}
+
+/// The listeners' gate of a table: the hosts some listener admits (empty: no gate).
+pub fn compile_listeners(
+    listeners: &[config::Listener],
+) -> Result<Arc<[HostPattern]>, CompileError> {
+    let listeners = listeners
         .iter()
         .enumerate()
         .map(|(i, l)| match &l.hostname {
@@ -327,61 +387,64 @@ pub fn compile<B: Build>(
         })
         .collect::<Result<Vec<_>, _>>()?;
     // One listener without hostname admits every host: no gate.
-    let listeners = if listeners.contains(&HostPattern::Any) {
-        Vec::new()
+    Ok(if listeners.contains(&HostPattern::Any) {
+        Arc::from([])
     } else {
-        listeners
-    };
+        listeners.into()
+    })
+}
 
-    let mut hosts = crate::routing::HostMap::default();
-    let mut routes = Vec::with_capacity(config.routes.len());
-    for (ri, route) in config.routes.iter().enumerate() {
-        let at = format!("routes[{ri}]");
-        let (name, hostnames, excluded) = match route {
-            Route::Http(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
-            Route::Grpc(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
-        };
-        let hostnames = hostnames
+/// Compiles the route at `index` of a document (errors name it by that index).
+pub fn compile_route<B: Build>(
+    index: usize,
+    route: &Route,
+    build: &mut B,
+) -> Result<CompiledRoute<B::Upstream, B::Host>, CompileError> {
+    let at = format!("routes[{index}]");
+    let (name, hostnames, excluded) = match route {
+        Route::Http(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
+        Route::Grpc(r) => (&r.name, &r.hostnames, &r.excluded_hostnames),
+    };
+    let hostnames = hostnames
+        .iter()
+        .enumerate()
+        .map(|(i, h)| HostPattern::parse(h).map_err(|e| err(format!("{at}.hostnames[{i}]"), e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let excluded = excluded_hostnames(&at, &hostnames, excluded)?;
+    let labels: Vec<String> = if hostnames.is_empty() {
+        vec![HostPattern::Any.label()]
+    } else {
+        hostnames.iter().map(HostPattern::label).collect()
+    };
+    let hosts = labels
+        .into_iter()
+        .map(|label| {
+            let state = build.host(&label);
+            (label, state)
+        })
+        .collect();
+    let route_name: Arc<str> = Arc::from(name.as_str());
+    let mut ctx = Ctx { build };
+    let rules = match route {
+        Route::Http(r) => r
+            .rules
             .iter()
             .enumerate()
-            .map(|(i, h)| HostPattern::parse(h).map_err(|e| err(format!("{at}.hostnames[{i}]"), e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let excluded = excluded_hostnames(&at, &hostnames, excluded)?;
-        let labels: Vec<String> = if hostnames.is_empty() {
-            vec![HostPattern::Any.label()]
-        } else {
-            hostnames.iter().map(HostPattern::label).collect()
-        };
-        for label in labels {
-            hosts
-                .entry(label.clone())
-                .or_insert_with(|| build.host(&label));
-        }
-        let route_name: Arc<str> = Arc::from(name.as_str());
-        let mut ctx = Ctx { build: &mut *build };
-        let rules = match route {
-            Route::Http(r) => r
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(i, rule)| ctx.http_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
-                .collect::<Result<Vec<_>, _>>()?,
-            Route::Grpc(r) => r
-                .rules
-                .iter()
-                .enumerate()
-                .map(|(i, rule)| ctx.grpc_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        routes.push(RouteSpec {
+            .map(|(i, rule)| ctx.http_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
+            .collect::<Result<Vec<_>, _>>()?,
+        Route::Grpc(r) => r
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| ctx.grpc_rule(&format!("{at}.rules[{i}]"), &route_name, rule))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    Ok(CompiledRoute {
+        spec: Arc::new(RouteSpec {
             hostnames,
             excluded,
             rules,
-        });
-    }
-    Ok(RouteTable {
-        version: config.version,
-        table: Table::new(listeners, routes),
+        }),
         hosts,
     })
 }

@@ -8,6 +8,8 @@
 //! goes where the controller put it. The result of [`Delta::apply`] is exactly the document the
 //! controller would have pushed in full; the proxy then checks and compiles it as any push.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Listener, Route};
@@ -75,12 +77,15 @@ impl Delta {
         self.listeners.is_none() && self.remove == 0 && self.routes.is_empty()
     }
 
-    /// The document `base` becomes, when `base` is the version this delta was computed from.
-    pub fn apply(self, base: &Config) -> Result<Config, DeltaError> {
-        if base.version != self.base_version {
+    /// The routes of the held document (version `loaded`, `len` routes) this delta replaces,
+    /// when it applies to that document: its base is exactly `loaded`, its version is newer and
+    /// the range lies inside the document. Whoever holds the document in another form than a
+    /// [`Config`] (the proxy: each route beside what it compiled to) splices it with this.
+    pub fn replaced(&self, loaded: u64, len: usize) -> Result<Range<usize>, DeltaError> {
+        if loaded != self.base_version {
             return Err(DeltaError::Base {
                 base: self.base_version,
-                loaded: base.version,
+                loaded,
             });
         }
         if self.version <= self.base_version {
@@ -89,7 +94,6 @@ impl Delta {
                 version: self.version,
             });
         }
-        let len = base.routes.len();
         let end = self
             .start
             .checked_add(self.remove)
@@ -99,10 +103,16 @@ impl Delta {
                 remove: self.remove,
                 len,
             })?;
-        let mut routes = Vec::with_capacity(len - self.remove + self.routes.len());
-        routes.extend_from_slice(&base.routes[..self.start]);
+        Ok(self.start..end)
+    }
+
+    /// The document `base` becomes, when `base` is the version this delta was computed from.
+    pub fn apply(self, base: &Config) -> Result<Config, DeltaError> {
+        let replaced = self.replaced(base.version, base.routes.len())?;
+        let mut routes = Vec::with_capacity(base.routes.len() - replaced.len() + self.routes.len());
+        routes.extend_from_slice(&base.routes[..replaced.start]);
         routes.extend(self.routes);
-        routes.extend_from_slice(&base.routes[end..]);
+        routes.extend_from_slice(&base.routes[replaced.end..]);
         Ok(Config {
             version: self.version,
             listeners: self.listeners.unwrap_or_else(|| base.listeners.clone()),

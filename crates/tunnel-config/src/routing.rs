@@ -21,6 +21,7 @@
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
@@ -437,11 +438,11 @@ pub struct RouteSpec<T> {
 #[derive(Debug)]
 struct Candidate {
     precedence: Precedence,
+    /// (route, rule, match) indices: the tie-break among equal precedence, and where the rule
+    /// and its matcher are found.
     order: (usize, usize, usize),
-    rule: usize,
-    matcher: usize,
-    /// Index into `Table::excluded`: hosts this candidate does not serve.
-    excluded: usize,
+    /// The route hostname this candidate came through (index into the route's `excluded`).
+    host: usize,
 }
 
 #[derive(Debug, Default)]
@@ -458,6 +459,54 @@ impl Bucket {
     }
 }
 
+/// The match a rule without matches has: PathPrefix `/`.
+static DEFAULT_HTTP: HttpMatcher = HttpMatcher {
+    path: PathMatcher::Prefix(String::new()),
+    headers: Vec::new(),
+    query: Vec::new(),
+    method: None,
+};
+
+/// The match a GRPCRoute rule without matches has: every gRPC request.
+static DEFAULT_GRPC: GrpcMatcher = GrpcMatcher {
+    service: None,
+    method: None,
+    headers: Vec::new(),
+};
+
+impl Matchers {
+    /// How many candidates the rule makes (a rule without matches has the default one).
+    fn count(&self) -> usize {
+        match self {
+            Self::Http(ms) => ms.len().max(1),
+            Self::Grpc(ms) => ms.len().max(1),
+        }
+    }
+
+    fn http(&self, i: usize) -> Option<&HttpMatcher> {
+        match self {
+            Self::Http(ms) if ms.is_empty() => Some(&DEFAULT_HTTP),
+            Self::Http(ms) => ms.get(i),
+            Self::Grpc(_) => None,
+        }
+    }
+
+    fn grpc(&self, i: usize) -> Option<&GrpcMatcher> {
+        match self {
+            Self::Grpc(ms) if ms.is_empty() => Some(&DEFAULT_GRPC),
+            Self::Grpc(ms) => ms.get(i),
+            Self::Http(_) => None,
+        }
+    }
+
+    fn precedence(&self, i: usize) -> Option<Precedence> {
+        match self {
+            Self::Http(_) => self.http(i).map(HttpMatcher::precedence),
+            Self::Grpc(_) => self.grpc(i).map(GrpcMatcher::precedence),
+        }
+    }
+}
+
 /// The result of a lookup.
 #[derive(Debug)]
 pub struct RouteMatch<'t, T> {
@@ -471,98 +520,56 @@ pub struct RouteMatch<'t, T> {
 }
 
 /// An immutable routing table.
+///
+/// The routes are kept as given, behind `Arc`: a table is built from routes another table
+/// holds too (a delta's table shares every route it did not change with the one before), and
+/// building it allocates only its buckets, never a copy of a route.
 #[derive(Debug)]
 pub struct Table<T> {
-    listeners: Vec<HostPattern>,
+    listeners: Arc<[HostPattern]>,
     exact: HostMap<(String, Bucket)>,
     /// Sorted by suffix length, longest first.
     wildcards: Vec<(HostPattern, String, Bucket)>,
     any: Bucket,
-    rules: Vec<T>,
-    /// Excluded host lists of candidates; the first is empty.
-    excluded: Vec<Vec<HostPattern>>,
-    http_matchers: Vec<HttpMatcher>,
-    grpc_matchers: Vec<GrpcMatcher>,
+    routes: Vec<Arc<RouteSpec<T>>>,
 }
 
 impl<T> Table<T> {
     /// `listeners` empty = no listener gate. Routes are given in precedence order.
-    pub fn new(listeners: Vec<HostPattern>, routes: Vec<RouteSpec<T>>) -> Self {
+    pub fn new<R: Into<Arc<RouteSpec<T>>>>(
+        listeners: impl Into<Arc<[HostPattern]>>,
+        routes: impl IntoIterator<Item = R>,
+    ) -> Self {
         let mut table = Self {
-            listeners,
+            listeners: listeners.into(),
             exact: HostMap::default(),
             wildcards: Vec::new(),
             any: Bucket::default(),
-            rules: Vec::new(),
-            excluded: vec![Vec::new()],
-            http_matchers: Vec::new(),
-            grpc_matchers: Vec::new(),
+            routes: routes.into_iter().map(Into::into).collect(),
         };
-        for (route_idx, route) in routes.into_iter().enumerate() {
+        for (route_idx, route) in table.routes.iter().enumerate() {
             let hostnames = if route.hostnames.is_empty() {
-                vec![HostPattern::Any]
+                std::slice::from_ref(&HostPattern::Any)
             } else {
-                route.hostnames
+                &route.hostnames[..]
             };
-            let mut excluded = route.excluded.into_iter();
-            let excluded: Vec<usize> = hostnames
-                .iter()
-                .map(|_| match excluded.next() {
-                    Some(list) if !list.is_empty() => {
-                        table.excluded.push(list);
-                        table.excluded.len() - 1
-                    }
-                    _ => 0,
-                })
-                .collect();
-            for (rule_idx, rule) in route.rules.into_iter().enumerate() {
-                let rule_id = table.rules.len();
-                table.rules.push(rule.payload);
-                // (is_grpc, matcher index, precedence) per match of this rule
-                let entries: Vec<(bool, usize, Precedence)> = match rule.matchers {
-                    Matchers::Http(ms) => {
-                        let ms = if ms.is_empty() {
-                            vec![HttpMatcher::default()]
-                        } else {
-                            ms
-                        };
-                        ms.into_iter()
-                            .map(|m| {
-                                let p = m.precedence();
-                                table.http_matchers.push(m);
-                                (false, table.http_matchers.len() - 1, p)
-                            })
-                            .collect()
-                    }
-                    Matchers::Grpc(ms) => {
-                        let ms = if ms.is_empty() {
-                            vec![GrpcMatcher::default()]
-                        } else {
-                            ms
-                        };
-                        ms.into_iter()
-                            .map(|m| {
-                                let p = m.precedence();
-                                table.grpc_matchers.push(m);
-                                (true, table.grpc_matchers.len() - 1, p)
-                            })
-                            .collect()
-                    }
-                };
-                for (host, &excluded) in hostnames.iter().zip(&excluded) {
-                    let bucket = table.bucket_mut(host);
-                    for (match_idx, &(grpc, matcher, precedence)) in entries.iter().enumerate() {
-                        let c = Candidate {
-                            precedence,
-                            order: (route_idx, rule_idx, match_idx),
-                            rule: rule_id,
-                            matcher,
-                            excluded,
-                        };
-                        if grpc {
-                            bucket.grpc.push(c);
-                        } else {
-                            bucket.http.push(c);
+            for (rule_idx, rule) in route.rules.iter().enumerate() {
+                let grpc = matches!(rule.matchers, Matchers::Grpc(_));
+                for (host_idx, host) in hostnames.iter().enumerate() {
+                    let bucket =
+                        bucket_mut(&mut table.exact, &mut table.wildcards, &mut table.any, host);
+                    let list = if grpc {
+                        &mut bucket.grpc
+                    } else {
+                        &mut bucket.http
+                    };
+                    for match_idx in 0..rule.matchers.count() {
+                        if let Some(precedence) = rule.matchers.precedence(match_idx) {
+                            list.push(Candidate {
+                                precedence,
+                                order: (route_idx, rule_idx, match_idx),
+                                host: host_idx,
+                            });
                         }
                     }
                 }
@@ -570,7 +577,7 @@ impl<T> Table<T> {
         }
         table
             .wildcards
-            .sort_by_key(|(p, _, _)| Reverse(p.label().len()));
+            .sort_by_key(|(_, label, _)| Reverse(label.len()));
         for (_, bucket) in table.exact.values_mut() {
             bucket.sort();
         }
@@ -581,33 +588,11 @@ impl<T> Table<T> {
         table
     }
 
-    fn bucket_mut(&mut self, host: &HostPattern) -> &mut Bucket {
-        match host {
-            HostPattern::Exact(h) => {
-                &mut self
-                    .exact
-                    .entry(h.clone())
-                    .or_insert_with(|| (h.clone(), Bucket::default()))
-                    .1
-            }
-            HostPattern::Wildcard(_) => {
-                let pos = match self.wildcards.iter().position(|(p, _, _)| p == host) {
-                    Some(pos) => pos,
-                    None => {
-                        self.wildcards
-                            .push((host.clone(), host.label(), Bucket::default()));
-                        self.wildcards.len() - 1
-                    }
-                };
-                &mut self.wildcards[pos].2
-            }
-            HostPattern::Any => &mut self.any,
-        }
-    }
-
     /// Every rule payload, in document order.
-    pub fn rules(&self) -> &[T] {
-        &self.rules
+    pub fn rules(&self) -> impl Iterator<Item = &T> {
+        self.routes
+            .iter()
+            .flat_map(|route| route.rules.iter().map(|rule| &rule.payload))
     }
 
     /// The best rule for the request, or `None` (404 / gRPC Unimplemented).
@@ -630,9 +615,15 @@ impl<T> Table<T> {
         self.lookup_bucket(&self.any, "*", req)
     }
 
-    /// Whether the candidate's route serves `host` (no listener isolation excludes it).
-    fn serves(&self, c: &Candidate, host: &str) -> bool {
-        !self.excluded[c.excluded].iter().any(|p| p.matches(host))
+    /// The rule of a candidate, when its route serves `host` (no listener isolation excludes
+    /// it).
+    fn serving(&self, c: &Candidate, host: &str) -> Option<&RuleSpec<T>> {
+        let route = &self.routes[c.order.0];
+        let excluded = route
+            .excluded
+            .get(c.host)
+            .is_some_and(|list| list.iter().any(|p| p.matches(host)));
+        (!excluded).then(|| &route.rules[c.order.1])
     }
 
     fn lookup_bucket<'t>(
@@ -642,21 +633,25 @@ impl<T> Table<T> {
         req: &RequestView<'_>,
     ) -> Option<RouteMatch<'t, T>> {
         if req.grpc
-            && let Some(c) = bucket
-                .grpc
-                .iter()
-                .find(|c| self.serves(c, req.host) && self.grpc_matchers[c.matcher].matches(req))
+            && let Some(rule) = bucket.grpc.iter().find_map(|c| {
+                self.serving(c, req.host).filter(|rule| {
+                    rule.matchers
+                        .grpc(c.order.2)
+                        .is_some_and(|m| m.matches(req))
+                })
+            })
         {
             return Some(RouteMatch {
-                rule: &self.rules[c.rule],
+                rule: &rule.payload,
                 hostname,
                 matched_prefix: None,
             });
         }
         bucket.http.iter().find_map(|c| {
-            let m = &self.http_matchers[c.matcher];
-            (self.serves(c, req.host) && m.matches(req)).then(|| RouteMatch {
-                rule: &self.rules[c.rule],
+            let rule = self.serving(c, req.host)?;
+            let m = rule.matchers.http(c.order.2)?;
+            m.matches(req).then_some(RouteMatch {
+                rule: &rule.payload,
                 hostname,
                 matched_prefix: match &m.path {
                     PathMatcher::Prefix(p) => Some(p.as_str()),
@@ -664,6 +659,38 @@ impl<T> Table<T> {
                 },
             })
         })
+    }
+}
+
+/// The bucket of a route hostname, made on first use. The exact map is probed before a key is
+/// made: most hostnames have a bucket already.
+fn bucket_mut<'b>(
+    exact: &'b mut HostMap<(String, Bucket)>,
+    wildcards: &'b mut Vec<(HostPattern, String, Bucket)>,
+    any: &'b mut Bucket,
+    host: &HostPattern,
+) -> &'b mut Bucket {
+    match host {
+        HostPattern::Exact(h) => {
+            if !exact.contains_key(h.as_str()) {
+                exact.insert(h.clone(), (h.clone(), Bucket::default()));
+            }
+            &mut exact
+                .get_mut(h.as_str())
+                .expect("the bucket was made above")
+                .1
+        }
+        HostPattern::Wildcard(_) => {
+            let pos = match wildcards.iter().position(|(p, _, _)| p == host) {
+                Some(pos) => pos,
+                None => {
+                    wildcards.push((host.clone(), host.label(), Bucket::default()));
+                    wildcards.len() - 1
+                }
+            };
+            &mut wildcards[pos].2
+        }
+        HostPattern::Any => any,
     }
 }
 

@@ -1,15 +1,18 @@
-//! The route table this proxy serves: [`tunnel_config::compile`] building pooled upstream
-//! clients ([`crate::upstream`]) for backends and metrics handles ([`crate::metrics`]) for
-//! hostnames.
+//! The route table this proxy serves and the routes it is assembled from. Each route of the
+//! loaded document is compiled once ([`Compiler::route`], [`tunnel_config::compile`]), with
+//! pooled upstream clients ([`crate::upstream`]) for its backends and metrics handles
+//! ([`crate::metrics`]) for its hostnames, and kept as a [`LoadedRoute`] while it is loaded: a
+//! table is [`assemble`]d from those, so a delta compiles only the routes it brings.
 
 use std::sync::Arc;
 
 use tunnel_config::backend::UpstreamError;
-use tunnel_config::compile::{self, CompileError};
-use tunnel_config::config::{BackendProtocol, BackendTls, Config};
+use tunnel_config::compile::{self, CompileError, CompiledRoute};
+use tunnel_config::config::{BackendProtocol, BackendTls, Route};
+use tunnel_config::routing::{HostMap, HostPattern};
 
 use crate::metrics::{HostMetrics, Metrics};
-use crate::upstream::{ClientCache, Upstream};
+use crate::upstream::{ClientCache, ClientKey, Upstream};
 
 /// The compiled, immutable route table of the proxy.
 pub type RouteTable = compile::RouteTable<Upstream, Arc<HostMetrics>>;
@@ -24,30 +27,68 @@ pub type Target = compile::Target<Upstream>;
 /// A RequestMirror of a rule.
 pub type Mirror = compile::Mirror<Upstream>;
 
-/// Compiles a document. `clients` supplies (and keeps) pooled clients; the returned
-/// [`ClientCache`] holds those this table uses, for [`ClientCache::retain_used`] once the
-/// table is live.
-pub fn compile(
-    config: &Config,
-    metrics: &Metrics,
-    clients: &mut ClientCache,
-) -> Result<(RouteTable, ClientCache), CompileError> {
-    let mut build = Build {
-        metrics,
-        clients,
-        used: ClientCache::default(),
-    };
-    let table = compile::compile(config, &mut build)?;
-    Ok((table, build.used))
+/// A route of the loaded document beside what it compiled to.
+#[derive(Debug)]
+pub struct LoadedRoute {
+    pub route: Route,
+    compiled: CompiledRoute<Upstream, Arc<HostMetrics>>,
+    /// The clients its backends use, counted in the [`ClientCache`] while the route is live.
+    clients: Vec<ClientKey>,
 }
 
-struct Build<'a> {
+impl LoadedRoute {
+    pub fn clients(&self) -> &[ClientKey] {
+        &self.clients
+    }
+}
+
+/// The table of version `version`: `routes` (in document order) behind the listeners' `gate`
+/// ([`compile::compile_listeners`]). It shares the routes' compiled rules, so it is the table a
+/// compilation of the whole document would make, at the cost of sorting its buckets.
+pub fn assemble(version: u64, gate: Arc<[HostPattern]>, routes: &[Arc<LoadedRoute>]) -> RouteTable {
+    compile::RouteTable::assemble(version, gate, routes.iter().map(|r| &r.compiled))
+}
+
+/// Compiles routes for a table that replaces `previous`: upstream clients come from (and are
+/// made in) `clients`, host metrics handles are `previous`'s for the labels it has.
+pub struct Compiler<'a> {
     metrics: &'a Metrics,
     clients: &'a mut ClientCache,
-    used: ClientCache,
+    previous: Option<&'a RouteTable>,
+    /// Handles made by this compilation, for labels `previous` does not have.
+    made: HostMap<Arc<HostMetrics>>,
+    /// The clients of the route being compiled.
+    used: Vec<ClientKey>,
 }
 
-impl compile::Build for Build<'_> {
+impl<'a> Compiler<'a> {
+    pub fn new(
+        metrics: &'a Metrics,
+        clients: &'a mut ClientCache,
+        previous: Option<&'a RouteTable>,
+    ) -> Self {
+        Self {
+            metrics,
+            clients,
+            previous,
+            made: HostMap::default(),
+            used: Vec::new(),
+        }
+    }
+
+    /// Compiles `route`, the route at `index` of the document (errors name it by that index).
+    pub fn route(&mut self, index: usize, route: Route) -> Result<Arc<LoadedRoute>, CompileError> {
+        self.used.clear();
+        let compiled = compile::compile_route(index, &route, self)?;
+        Ok(Arc::new(LoadedRoute {
+            route,
+            compiled,
+            clients: std::mem::take(&mut self.used),
+        }))
+    }
+}
+
+impl compile::Build for Compiler<'_> {
     type Upstream = Upstream;
     type Host = Arc<HostMetrics>;
 
@@ -61,7 +102,15 @@ impl compile::Build for Build<'_> {
     }
 
     fn host(&mut self, label: &str) -> Arc<HostMetrics> {
-        Arc::new(self.metrics.host(label))
+        if let Some(h) = self.previous.and_then(|t| t.host(label)) {
+            return h.clone();
+        }
+        if let Some(h) = self.made.get(label) {
+            return h.clone();
+        }
+        let h = Arc::new(self.metrics.host(label));
+        self.made.insert(label.to_owned(), h.clone());
+        h
     }
 }
 
@@ -70,6 +119,7 @@ mod tests {
     use prometheus_client::registry::Registry;
     use serde_json::{Value, json};
     use tunnel_config::compile::{parse, validate};
+    use tunnel_config::config::Config;
 
     use super::*;
 
@@ -94,12 +144,14 @@ mod tests {
         params.self_signed(&key).unwrap().pem()
     }
 
-    fn serving_compile(config: &Config) -> Result<(RouteTable, ClientCache), CompileError> {
-        compile(
-            config,
-            &Metrics::new(&mut Registry::default()),
-            &mut ClientCache::default(),
-        )
+    /// Compiles every route as a push does.
+    fn serving_compile(config: &Config) -> Result<Vec<Arc<LoadedRoute>>, CompileError> {
+        let metrics = Metrics::new(&mut Registry::default());
+        let mut clients = ClientCache::default();
+        let mut compiler = Compiler::new(&metrics, &mut clients, None);
+        (config.routes.iter().enumerate())
+            .map(|(i, route)| compiler.route(i, route.clone()))
+            .collect()
     }
 
     #[test]

@@ -466,34 +466,49 @@ pub enum SendError {
     Http2(hyper_util::client::legacy::Error),
 }
 
+/// What a client is shared by: protocol and TLS identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ClientKey {
+pub struct ClientKey {
     protocol: BackendProtocol,
     /// SHA-256 of the TLS settings (CA, names, client certificate and key).
     tls: Option<[u8; 32]>,
 }
 
-/// Clients by protocol and TLS identity, reused across config pushes.
+impl ClientKey {
+    fn new(protocol: BackendProtocol, tls: Option<&BackendTls>) -> Self {
+        Self {
+            protocol,
+            tls: tls.map(tls_fingerprint),
+        }
+    }
+}
+
+/// Clients by protocol and TLS identity, reused across config pushes: a client stays while a
+/// route of the loaded config uses it (counted per route, so a push that changes a few routes
+/// updates a few counts).
 #[derive(Default)]
 pub struct ClientCache {
-    clients: HashMap<ClientKey, HttpClient>,
+    clients: HashMap<ClientKey, Cached>,
+}
+
+struct Cached {
+    client: HttpClient,
+    /// Routes of the loaded config using it (see [`ClientCache::hold`]).
+    routes: usize,
 }
 
 impl ClientCache {
     /// The client for these settings: an existing one, or a new one when the settings are new.
     /// TLS settings are validated either way, so a bad certificate is always an error.
-    pub fn client(
+    fn client(
         &mut self,
-        protocol: BackendProtocol,
+        key: &ClientKey,
         tls: Option<&BackendTls>,
     ) -> Result<HttpClient, TlsConfigError> {
-        let key = ClientKey {
-            protocol,
-            tls: tls.map(tls_fingerprint),
-        };
-        if let Some(client) = self.clients.get(&key) {
-            return Ok(client.clone());
+        if let Some(cached) = self.clients.get(key) {
+            return Ok(cached.client.clone());
         }
+        let protocol = key.protocol;
         let settings = tls.map(|t| tls_settings(t, protocol)).transpose()?;
         let connector = BackendConnector::new(settings);
         let client = match protocol {
@@ -519,24 +534,43 @@ impl ClientCache {
                 HttpClient::Http2(Arc::new(builder.build(connector)))
             }
         };
-        self.clients.insert(key, client.clone());
+        self.clients.insert(
+            key.clone(),
+            Cached {
+                client: client.clone(),
+                routes: 0,
+            },
+        );
         Ok(client)
     }
 
-    /// Forgets clients whose settings are no longer used by the loaded config.
-    pub fn retain_used(&mut self, used: &ClientCache) {
-        self.clients.retain(|k, _| used.clients.contains_key(k));
+    /// Counts a route that became live with the clients `keys` (what its upstreams recorded).
+    pub fn hold(&mut self, keys: &[ClientKey]) {
+        for key in keys {
+            if let Some(cached) = self.clients.get_mut(key) {
+                cached.routes += 1;
+            }
+        }
     }
 
-    /// Copies an entry used by a compilation into `used`.
-    fn mark(&self, used: &mut ClientCache, protocol: BackendProtocol, tls: Option<&BackendTls>) {
-        let key = ClientKey {
-            protocol,
-            tls: tls.map(tls_fingerprint),
-        };
-        if let Some(c) = self.clients.get(&key) {
-            used.clients.insert(key, c.clone());
+    /// Uncounts a route that is no longer live.
+    pub fn release(&mut self, keys: &[ClientKey]) {
+        for key in keys {
+            if let Some(cached) = self.clients.get_mut(key) {
+                cached.routes = cached.routes.saturating_sub(1);
+            }
         }
+    }
+
+    /// Forgets the clients no live route uses (also those a refused push made).
+    pub fn forget_unused(&mut self) {
+        self.clients.retain(|_, cached| cached.routes > 0);
+    }
+
+    /// The settings it has clients for.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> std::collections::HashSet<ClientKey> {
+        self.clients.keys().cloned().collect()
     }
 }
 
@@ -610,17 +644,21 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// `cache` supplies the client; `used` records it as in use by this compilation.
+    /// `cache` supplies the client; its key is added to `used` (the clients of the route being
+    /// compiled) unless already there.
     pub fn new(
         cache: &mut ClientCache,
-        used: &mut ClientCache,
+        used: &mut Vec<ClientKey>,
         endpoints: &[String],
         protocol: BackendProtocol,
         tls: Option<&BackendTls>,
     ) -> Result<Self, UpstreamError> {
         let authorities = backend::parse_endpoints(endpoints)?;
-        let client = cache.client(protocol, tls)?;
-        cache.mark(used, protocol, tls);
+        let key = ClientKey::new(protocol, tls);
+        let client = cache.client(&key, tls)?;
+        if !used.contains(&key) {
+            used.push(key);
+        }
         let scheme = if tls.is_some() {
             Scheme::HTTPS
         } else {
@@ -712,7 +750,7 @@ mod tests {
     #[test]
     fn round_robin_over_endpoints() {
         let mut cache = ClientCache::default();
-        let mut used = ClientCache::default();
+        let mut used = Vec::new();
         let up = Upstream::new(
             &mut cache,
             &mut used,

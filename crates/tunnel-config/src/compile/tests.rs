@@ -51,7 +51,7 @@ fn example_document_from_the_docs_compiles() {
     tls["clientKeyPem"] = json!(key);
     let table = try_compile(doc).unwrap();
     assert_eq!(table.version, 1_732_000_000_001);
-    assert_eq!(table.table.rules().len(), 4);
+    assert_eq!(table.table.rules().count(), 4);
     assert!(table.host("shop.example.com").is_some());
     assert!(table.host("grpc.example.com").is_some());
 }
@@ -228,7 +228,7 @@ fn client_certificate_without_key_and_unparsable_key_are_refused() {
 
 fn action_of(rule: Value) -> String {
     let t = try_compile(route_with_rule(rule)).unwrap();
-    match &t.table.rules()[0].action {
+    match &t.table.rules().next().unwrap().action {
         Action::Respond(s) => format!("respond {}", s.as_u16()),
         Action::Redirect(r) => format!("redirect {}", r.status.as_u16()),
         Action::Forward { backends, .. } => format!("forward {}", backends.len()),
@@ -264,7 +264,7 @@ fn backend_without_endpoints_fails_closed_with_503() {
     let t = try_compile(route_with_rule(json!({ "backends": [
         backend(json!({ "endpoints": [] })), backend(json!({ "failureStatus": 500 }))] })))
     .unwrap();
-    let Action::Forward { backends, .. } = &t.table.rules()[0].action else {
+    let Action::Forward { backends, .. } = &t.table.rules().next().unwrap().action else {
         panic!("expected forward");
     };
     assert!(matches!(backends[0].target, Target::Fail(s) if s == 503));
@@ -423,7 +423,7 @@ fn backend_filters_follow_the_rules_for_that_backend_only() {
         ],
     })))
     .unwrap();
-    let rule = &t.table.rules()[0];
+    let rule = t.table.rules().next().unwrap();
     let Action::Forward { backends, .. } = &rule.action else {
         panic!("expected forward");
     };
@@ -490,7 +490,7 @@ fn a_cors_filter_compiles_with_its_wildcards_set_apart() {
             "set": [{ "name": "x", "value": "1" }] }] }))],
     })))
     .unwrap();
-    let rule = &t.table.rules()[0];
+    let rule = t.table.rules().next().unwrap();
     let c = rule.cors.as_deref().unwrap();
     assert_eq!(c.origins.len(), 2);
     assert!(c.methods.any);
@@ -509,7 +509,17 @@ fn a_cors_filter_compiles_with_its_wildcards_set_apart() {
         json!({ "filters": [{ "type": "CORS", "allowOrigins": ["*"] }] }),
     ))
     .unwrap();
-    assert_eq!(t.table.rules()[0].cors.as_ref().unwrap().max_age, 5);
+    assert_eq!(
+        t.table
+            .rules()
+            .next()
+            .unwrap()
+            .cors
+            .as_ref()
+            .unwrap()
+            .max_age,
+        5
+    );
 }
 
 #[test]

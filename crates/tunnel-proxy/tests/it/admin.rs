@@ -450,3 +450,72 @@ async fn a_delta_applies_on_its_exact_base_only_and_a_bad_one_changes_nothing() 
     let (status, _) = patch_raw(&p, auth, to_b(5, 6).to_string().into_bytes()).await;
     assert_eq!(status, StatusCode::CONFLICT);
 }
+
+/// A delta compiles only the routes it brings: the others keep their upstreams, so their
+/// backend connections stay pooled, and a client stays while any route uses it, so a route
+/// added later to the same backend takes the same idle connection. Host metrics series go on
+/// counting across the deltas.
+#[tokio::test]
+async fn a_delta_keeps_the_other_routes_backend_connections_and_metrics() {
+    let (a, b) = (Backend::start("a").await, Backend::start("b").await);
+    let route = |name: &str, host: &str, to: &Backend| {
+        http_route(
+            name,
+            &[host],
+            json!([{ "backends": [backend("ns/svc:80", &to.endpoint())] }]),
+        )
+    };
+    let p = Proxy::with_config(doc(
+        1,
+        vec![
+            route("ns/app", "app.example.com", &a),
+            route("ns/other", "other.example.com", &b),
+        ],
+    ))
+    .await;
+    let answered_by = |host: &'static str| {
+        let p = &p;
+        async move {
+            let resp = p.get(host, "/").await;
+            assert_eq!(resp.status(), StatusCode::OK, "{host}");
+            let backend = resp.headers()["x-backend"].to_str().unwrap().to_owned();
+            body_string(resp).await;
+            backend
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(answered_by("app.example.com").await, "a");
+    }
+    assert_eq!(a.accepted(), 1);
+
+    let deltas = [
+        // The other route removed: no route but `ns/app` uses the plain HTTP/1 client now.
+        json!({ "baseVersion": 1, "version": 2, "start": 1, "remove": 1 }),
+        // A new route to the same backend, after it.
+        json!({ "baseVersion": 2, "version": 3, "start": 1, "remove": 0,
+                "routes": [route("ns/new", "new.example.com", &a)] }),
+    ];
+    for delta in deltas {
+        let (status, text) = patch_raw(&p, None, delta.to_string().into_bytes()).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+    }
+    let resp = p.get("other.example.com", "/").await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    for _ in 0..3 {
+        assert_eq!(answered_by("app.example.com").await, "a");
+        assert_eq!(answered_by("new.example.com").await, "a");
+    }
+    assert_eq!(
+        a.accepted(),
+        1,
+        "a delta made the proxy dial the backend again"
+    );
+
+    let (_, metrics) = p.admin_get("/metrics").await;
+    for series in [
+        r#"cftunnel_proxy_requests_total{hostname="app.example.com",status_class="2xx"} 6"#,
+        r#"cftunnel_proxy_requests_total{hostname="new.example.com",status_class="2xx"} 3"#,
+    ] {
+        assert!(metrics.contains(series), "{series} missing in:\n{metrics}");
+    }
+}

@@ -162,6 +162,8 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
 pub struct Backend {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicUsize>,
+    /// Connections accepted.
+    pub accepted: Arc<AtomicUsize>,
 }
 
 impl Backend {
@@ -169,12 +171,15 @@ impl Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
+        let a = accepted.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                a.fetch_add(1, Ordering::SeqCst);
                 let h = h.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| echo(name, h.clone(), req));
@@ -184,11 +189,19 @@ impl Backend {
                 });
             }
         });
-        Self { addr, hits }
+        Self {
+            addr,
+            hits,
+            accepted,
+        }
     }
 
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     pub fn endpoint(&self) -> String {

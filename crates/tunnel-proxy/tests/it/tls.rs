@@ -50,12 +50,15 @@ async fn tls_backend_for(pki: &Pki, names: &[&str], require_client_cert: bool) -
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::new(AtomicUsize::new(0));
     let h = hits.clone();
+    let a = accepted.clone();
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
+            a.fetch_add(1, Ordering::SeqCst);
             let acceptor = acceptor.clone();
             let h = h.clone();
             tokio::spawn(async move {
@@ -69,7 +72,11 @@ async fn tls_backend_for(pki: &Pki, names: &[&str], require_client_cert: bool) -
             });
         }
     });
-    Backend { addr, hits }
+    Backend {
+        addr,
+        hits,
+        accepted,
+    }
 }
 
 fn tls_route(host: &str, b: &Backend, tls: Value, protocol: &str) -> Value {
