@@ -5,6 +5,11 @@
 //! JSON path of the offending field, before anything is swapped in. What a backend becomes
 //! (pooled clients in the proxy, nothing in [`validate`]) and what the table keeps per
 //! hostname is the caller's [`Build`].
+//!
+//! A document compiles route by route ([`compile_route`], whose result depends on the route and
+//! its index only) and its table is assembled from the compiled routes and listeners
+//! ([`RouteTable::assemble`]), so a caller that keeps them (the proxy, for deltas) compiles only
+//! the routes that changed and still gets the table [`compile`] would make.
 
 use std::sync::Arc;
 use std::time::Duration;

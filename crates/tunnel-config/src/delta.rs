@@ -6,7 +6,8 @@
 //! the whole document (TG-15's propagation target). The splice keeps the route order, which is
 //! the cross-route precedence order: a route changed in place stays where it was, a new route
 //! goes where the controller put it. The result of [`Delta::apply`] is exactly the document the
-//! controller would have pushed in full; the proxy then checks and compiles it as any push.
+//! controller would have pushed in full; the proxy, which keeps its routes compiled, splices
+//! them by [`Delta::replaced`] and checks and compiles only the routes the delta brings.
 
 use std::ops::Range;
 

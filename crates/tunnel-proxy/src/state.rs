@@ -210,14 +210,14 @@ impl State {
         self.table.load()
     }
 
-    /// The loaded document, if any.
-    pub fn document(&self) -> Option<Config> {
+    /// The loaded document, if any (a copy made from its routes).
+    pub fn document(&self) -> Option<Arc<Config>> {
         let loaded = self.loaded.load_full()?;
-        Some(Config {
+        Some(Arc::new(Config {
             version: loaded.version,
             listeners: loaded.listeners.document.clone(),
             routes: loaded.routes.iter().map(|r| r.route.clone()).collect(),
-        })
+        }))
     }
 
     /// Marks the process as shutting down: `/readyz` answers 503 from now on.

@@ -271,7 +271,7 @@ fn a_delta_makes_the_table_of_the_whole_patched_document_and_keeps_the_rest() {
             whole.clients.lock().unwrap().keys(),
             "{step}: the clients kept"
         );
-        assert_eq!(incremental.document().as_ref(), Some(next), "{step}");
+        assert_eq!(incremental.document().as_deref(), Some(next), "{step}");
 
         // What the delta did not bring is shared: compiled rules (with their upstreams) and
         // host metrics handles.
