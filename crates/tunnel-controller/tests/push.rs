@@ -132,7 +132,7 @@ async fn a_proxy_holding_a_newer_version_gets_the_document_again_above_it() {
     let now = p.state.document().unwrap();
     assert!(now.version > ahead);
     assert!(
-        serde_json::to_string(&now)
+        serde_json::to_string(&*now)
             .unwrap()
             .contains("new.example.com")
     );
@@ -714,7 +714,7 @@ async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
             .await;
         assert!(report.loaded, "{report:?}");
         let held = p.state.document().unwrap();
-        let mut content = held.clone();
+        let mut content = (*held).clone();
         content.version = 0;
         assert_eq!(&content, doc, "the proxy holds exactly the document");
         held.version
@@ -781,7 +781,7 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     // PATCH refused (409), PUT refused as older (409), PUT above the proxy's version.
     assert_eq!(methods(&seen).1, 1);
     assert_eq!(methods(&seen).0, 3, "the whole document after the refusal");
-    let mut held = p.state.document().unwrap();
+    let mut held = (*p.state.document().unwrap()).clone();
     assert!(held.version > v1 + 1000);
     held.version = 0;
     assert_eq!(held, next);
@@ -835,7 +835,7 @@ async fn the_route_lane_pushes_a_splice_and_an_older_round_does_not_take_it_back
     assert!(pushed[0].1.iter().all(|(_, o)| o.is_loaded()), "{pushed:?}");
     let held = p.state.document().unwrap();
     assert!(held.version > v1);
-    let mut content = held.clone();
+    let mut content = (*held).clone();
     content.version = 0;
     assert_eq!(content, after, "the proxy holds the spliced document");
     assert_eq!(methods(&seen).0, 1);
