@@ -351,11 +351,16 @@ impl Controller {
         let mut outcome = Outcome::default();
         let (model, ctx) = self.model(&snap, &mut outcome).await;
         let model = Arc::new(model);
-        *self.basis.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(Basis {
+        let basis = Some(Arc::new(Basis {
             seq,
             model: model.clone(),
             ctx,
         }));
+        // The basis replaced is dropped here: megabytes with thousands of routes (see `model`
+        // for why off the async worker).
+        tokio::task::block_in_place(|| {
+            *self.basis.lock().unwrap_or_else(PoisonError::into_inner) = basis;
+        });
         self.stores.journal().forget_until(seq);
         self.publish_tallies(&model);
         let modelled = started.elapsed();
@@ -580,7 +585,9 @@ impl Controller {
         };
 
         // Statuses.
-        let (mut writes, more) = status::plan(&model, &effects, &self.settings.controller_name);
+        let (mut writes, more) = tokio::task::block_in_place(|| {
+            status::plan(&model, &effects, &self.settings.controller_name)
+        });
         notices.extend(more);
         let (access_writes, more) = crate::access::status_writes(
             &access,
@@ -681,7 +688,12 @@ impl Controller {
         outcome: &mut Outcome,
     ) -> (Model, RouteContext) {
         let known = self.verifications.lock().await.clone();
-        let (model, ctx) = model::compute_with_context(snap, &self.settings, &known);
+        // Tens to hundreds of milliseconds with thousands of routes: the worker's other tasks
+        // (the watches, the route lane) move to another worker meanwhile instead of waiting.
+        let compute = |known: &BTreeMap<String, Verification>| {
+            tokio::task::block_in_place(|| model::compute_with_context(snap, &self.settings, known))
+        };
+        let (model, ctx) = compute(&known);
         if model.verify_requests.is_empty() {
             return (model, ctx);
         }
@@ -701,7 +713,7 @@ impl Controller {
             known.insert(key, answer);
         }
         let known = known.clone();
-        model::compute_with_context(snap, &self.settings, &known)
+        compute(&known)
     }
 }
 
