@@ -12,8 +12,10 @@
 //!   [`crate::dedicated`].
 //! - `listener_sets`: ListenerSets attached to those Gateways, their listeners merged after the
 //!   Gateway's own.
-//! - `attachment`: route attachment, BackendTLSPolicies in use, partitions' route tables and
-//!   listeners, tunnels' hostnames.
+//! - `attachment`: every route attached in order, BackendTLSPolicies in use, partitions' route
+//!   tables and listeners, tunnels' hostnames, shadowing between routes.
+//! - `route`: one route against the Gateways and ListenerSets: its parents, the verdicts about
+//!   its rules, its table entries in each partition.
 //! - `selector`: the label selectors of allowedRoutes and allowedListeners against a namespace.
 //! - [`lane`]: routes changed since a model's snapshot, decided against that model alone and
 //!   spliced into the proxies' tables (the fast way of a route change).
@@ -25,6 +27,7 @@ mod classes;
 mod gateways;
 pub mod lane;
 mod listener_sets;
+mod route;
 mod selector;
 mod types;
 

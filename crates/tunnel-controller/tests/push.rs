@@ -681,6 +681,26 @@ fn routes_doc(count: usize, changed: usize, host: &str) -> Config {
     serde_json::from_value(serde_json::json!({ "version": 0, "routes": routes })).unwrap()
 }
 
+/// A round of the shared partition, pushed to `relay` with token `t` in plain HTTP.
+async fn shared_round(
+    planes: &mut tunnel_controller::planes::Planes,
+    doc: &Config,
+    relay: &str,
+    seq: u64,
+) -> tunnel_controller::planes::RoundReport {
+    let key = tunnel_controller::keys::PartitionKey::Shared;
+    planes
+        .round(
+            &key,
+            doc,
+            &shared(relay),
+            Ok("t"),
+            Ok(&Transport::Plain),
+            seq,
+        )
+        .await
+}
+
 fn shared(addr: &str) -> tunnel_controller::planes::ConfigEndpoints {
     tunnel_controller::planes::ConfigEndpoints {
         all: vec![addr.to_owned()],
@@ -700,18 +720,8 @@ async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
     let mut planes = tunnel_controller::planes::Planes::new(pusher());
-    let key = tunnel_controller::keys::PartitionKey::Shared;
     let mut round = async |doc: &Config| {
-        let report = planes
-            .round(
-                &key,
-                doc,
-                &shared(&relay),
-                Ok("t"),
-                Ok(&Transport::Plain),
-                0,
-            )
-            .await;
+        let report = shared_round(&mut planes, doc, &relay, 0).await;
         assert!(report.loaded, "{report:?}");
         let held = p.state.document().unwrap();
         let mut content = (*held).clone();
@@ -747,18 +757,8 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
     let mut planes = tunnel_controller::planes::Planes::new(pusher());
-    let key = tunnel_controller::keys::PartitionKey::Shared;
     let first = routes_doc(20, 0, "r0.example.com");
-    let report = planes
-        .round(
-            &key,
-            &first,
-            &shared(&relay),
-            Ok("t"),
-            Ok(&Transport::Plain),
-            0,
-        )
-        .await;
+    let report = shared_round(&mut planes, &first, &relay, 0).await;
     assert!(report.loaded, "{report:?}");
     let v1 = p.state.document().unwrap().version;
     // Behind the controller's back the proxy moved to another document (say a second
@@ -767,16 +767,7 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     other.version = v1 + 1000;
     p.state.apply(&serde_json::to_vec(&other).unwrap()).unwrap();
     let next = routes_doc(20, 5, "new.example.com");
-    let report = planes
-        .round(
-            &key,
-            &next,
-            &shared(&relay),
-            Ok("t"),
-            Ok(&Transport::Plain),
-            0,
-        )
-        .await;
+    let report = shared_round(&mut planes, &next, &relay, 0).await;
     assert!(report.loaded, "{report:?}");
     // PATCH refused (409), PUT refused as older (409), PUT above the proxy's version.
     assert_eq!(methods(&seen).1, 1);
@@ -790,24 +781,13 @@ async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
 #[tokio::test]
 async fn the_route_lane_pushes_a_splice_and_an_older_round_does_not_take_it_back() {
     use std::collections::BTreeMap;
-    use tunnel_controller::keys::PartitionKey;
     use tunnel_controller::model::lane::Splice;
 
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
     let mut planes = tunnel_controller::planes::Planes::new(pusher());
-    let key = PartitionKey::Shared;
     let before = routes_doc(200, 0, "r0.example.com");
-    let report = planes
-        .round(
-            &key,
-            &before,
-            &shared(&relay),
-            Ok("t"),
-            Ok(&Transport::Plain),
-            1,
-        )
-        .await;
+    let report = shared_round(&mut planes, &before, &relay, 1).await;
     assert!(report.loaded, "{report:?}");
     let v1 = p.state.document().unwrap().version;
 
@@ -842,31 +822,13 @@ async fn the_route_lane_pushes_a_splice_and_an_older_round_does_not_take_it_back
     assert_eq!(methods(&seen).1, 1, "the lane sends a delta");
 
     // A round made from a snapshot before event 5 (it has the old route 150) pushes nothing.
-    let report = planes
-        .round(
-            &key,
-            &before,
-            &shared(&relay),
-            Ok("t"),
-            Ok(&Transport::Plain),
-            4,
-        )
-        .await;
+    let report = shared_round(&mut planes, &before, &relay, 4).await;
     assert!(report.incomplete && report.loaded, "{report:?}");
     assert_eq!(p.state.document().unwrap().version, held.version);
     assert_eq!((methods(&seen).0, methods(&seen).1), (1, 1));
 
     // The round after it finds the proxy holding what it would push.
-    let report = planes
-        .round(
-            &key,
-            &after,
-            &shared(&relay),
-            Ok("t"),
-            Ok(&Transport::Plain),
-            6,
-        )
-        .await;
+    let report = shared_round(&mut planes, &after, &relay, 6).await;
     assert!(report.loaded && !report.incomplete, "{report:?}");
     assert_eq!((methods(&seen).0, methods(&seen).1), (1, 1));
     assert_eq!(p.state.document().unwrap().version, held.version);

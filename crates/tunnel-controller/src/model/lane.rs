@@ -4,7 +4,7 @@
 //! thousands of routes present).
 //!
 //! A route's table entries depend only on its own object, the Gateways and ListenerSets, the
-//! namespaces and the backend index (see `attachment::route_result`), and its entries sit
+//! namespaces and the backend index (see `route::route_result`), and its entries sit
 //! together in each table at the place its creation time and name give it. So while nothing but
 //! routes changed since the model's snapshot, a changed route's entries can replace its old
 //! ones in place. The lane declines, and leaves the change to the next full round, where that
@@ -20,7 +20,8 @@ use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use tunnel_config::config::{self, Config};
 
-use super::attachment::{RouteContext, RouteView, route_result};
+use super::attachment::RouteContext;
+use super::route::{RouteView, route_result};
 use super::types::Model;
 use crate::keys::{PartitionKey, RouteId, RouteKind};
 
