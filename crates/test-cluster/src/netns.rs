@@ -68,6 +68,10 @@ pub struct World {
 struct Allocations {
     /// Host parts (the N of 10.244.0.N) in use.
     hosts: Vec<u8>,
+    /// The host part handed out last. Addresses are handed out round-robin, as the
+    /// `host-local` IPAM plugin does: a freed address comes back last, so peers' neighbour
+    /// caches that still map it to a deleted Pod's veth have expired by then.
+    last_host: u8,
     /// Veth names are never reused within a world: a deleted link can linger in the kernel.
     next_link: u32,
 }
@@ -172,10 +176,13 @@ impl World {
     pub fn add_pod(self: &Arc<Self>, name: &str) -> Result<PodNetwork, Error> {
         let (host, link) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let host = (2..=254u8)
+            let after = state.last_host.max(1);
+            let host = (after + 1..=254u8)
+                .chain(2..=after)
                 .find(|h| !state.hosts.contains(h))
                 .ok_or_else(|| Error::Network("no free address in 10.244.0.0/24".into()))?;
             state.hosts.push(host);
+            state.last_host = host;
             state.next_link += 1;
             (host, format!("vkt{}", state.next_link))
         };
@@ -240,6 +247,9 @@ impl PodNetwork {
         ])?;
         w.ip(&["link", "set", &own.link, "master", BRIDGE])?;
         w.ip(&["link", "set", &own.link, "up"])?;
+        // An entry left from the address's previous Pod would send the node's packets (probes,
+        // Service traffic) to a veth that is gone until it expires.
+        w.ip(&["neigh", "flush", "to", &self.ip.to_string(), "dev", BRIDGE])?;
         let addr = format!("{}/{PREFIX_LEN}", self.ip);
         let gateway = GATEWAY.to_string();
         self.ip_cmd(&["link", "set", "lo", "up"])?;

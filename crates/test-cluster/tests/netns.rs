@@ -136,13 +136,38 @@ async fn two_pods_on_one_port_are_reached_only_inside_the_world() {
     }
 }
 
+/// Addresses go round-robin (as the `host-local` IPAM plugin hands them out): a freed one comes
+/// back only after the rest of the range, and then without the node's neighbour entry that still
+/// pointed at the deleted Pod's veth.
 #[tokio::test]
-async fn addresses_are_reused_after_a_pod_is_gone() {
+async fn a_freed_address_comes_back_last_and_without_a_stale_neighbour() {
     let dir = tempfile::tempdir().unwrap();
     let world = Arc::new(World::create("netns-reuse", dir.path()).unwrap());
     let first = world.add_pod("first").unwrap();
     let ip = first.ip();
     drop(first);
     let second = world.add_pod("second").unwrap();
-    assert_eq!(second.ip(), ip);
+    assert_ne!(
+        second.ip(),
+        ip,
+        "a freed address was handed out again at once"
+    );
+    drop(second);
+    // .4 to .254 after the second Pod's .3; only then does the range wrap to the first's .2.
+    let pods: Vec<_> = (0..251)
+        .map(|i| world.add_pod(&format!("p{i}")).unwrap())
+        .collect();
+    assert!(pods.iter().all(|p| p.ip() != ip), "{ip} came back early");
+    // What the node learnt of the first Pod and has not yet forgotten.
+    let stale = "02:00:00:00:00:01";
+    let host = ip.to_string();
+    world
+        .ip(&[
+            "neigh", "replace", &host, "lladdr", stale, "dev", "kt0", "nud", "stale",
+        ])
+        .unwrap();
+    let again = world.add_pod("again").unwrap();
+    assert_eq!(again.ip(), ip);
+    let neigh = world.ip(&["neigh", "show", "to", &host]).unwrap();
+    assert!(!neigh.contains(stale), "{neigh}");
 }

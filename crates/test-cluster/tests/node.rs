@@ -92,8 +92,14 @@ async fn wait_pod(
             return pod;
         }
         if tokio::time::Instant::now() > deadline {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let events: Vec<_> = events_of(&api.clone().into_client(), &ns, name)
+                .await
+                .into_iter()
+                .map(|e| format!("{:?}: {:?}", e.reason, e.message))
+                .collect();
             panic!(
-                "pod {name} did not get there in {timeout:?}; status: {}",
+                "pod {name} did not get there in {timeout:?}; status: {}\nevents: {events:#?}",
                 serde_json::to_string_pretty(&pod.status).unwrap()
             );
         }
