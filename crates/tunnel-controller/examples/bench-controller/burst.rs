@@ -5,18 +5,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::setup::CLASS;
+use crate::setup::{CLASS, CONTROLLER};
 
 /// The suffix of every listener hostname: `gw-N.bench.example`.
 pub const HOST_SUFFIX: &str = ".bench.example";
@@ -186,6 +186,70 @@ where
             }
         }
     }
+}
+
+/// The status writes a controller needs at the least: one per Gateway (server-side apply of an
+/// Accepted condition, as the controller writes Gateways) and one per route (a merge patch of one
+/// accepted parent, as it writes routes), `concurrency` at a time as the controller's writer
+/// (16). With [`create`] before it: the API server's own floor under a convergence.
+pub async fn write_statuses(
+    client: &Client,
+    ns: &str,
+    shape: &Shape,
+    concurrency: usize,
+) -> anyhow::Result<Created> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let accepted = json!([{
+        "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+        "lastTransitionTime": now, "observedGeneration": 1,
+    }]);
+    let gateways: Api<Gateway> = Api::namespaced(client.clone(), ns);
+    let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
+    let apply = PatchParams::apply("bench-floor").force();
+    let writes = (0..shape.gateways)
+        .map(|g| {
+            let body = json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "status": {"conditions": accepted},
+            });
+            let (gateways, apply) = (gateways.clone(), apply.clone());
+            async move {
+                let name = format!("gw-{g}");
+                gateways
+                    .patch_status(&name, &apply, &Patch::Apply(body))
+                    .await
+                    .with_context(|| format!("writing the status of Gateway {ns}/{name}"))
+                    .map(drop)
+            }
+            .boxed()
+        })
+        .chain((0..shape.routes).map(|r| {
+            let body = json!({"status": {"parents": [{
+                "parentRef": {"name": format!("gw-{}", shape.gateway_of(r))},
+                "controllerName": CONTROLLER,
+                "conditions": accepted,
+            }]}});
+            let routes = routes.clone();
+            async move {
+                let name = format!("r-{r}");
+                routes
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+                    .await
+                    .with_context(|| format!("writing the status of HTTPRoute {ns}/{name}"))
+                    .map(drop)
+            }
+            .boxed()
+        }));
+    let t0 = Instant::now();
+    let count = futures::stream::iter(writes)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?
+        .len();
+    Ok(Created {
+        objects: count,
+        elapsed: t0.elapsed(),
+    })
 }
 
 /// Deletes every object a burst created in `ns` and waits until they are gone.

@@ -75,6 +75,8 @@ enum Order {
 
 const NAMESPACE: &str = "bench";
 const BASELINE_NAMESPACE: &str = "bench-baseline";
+/// The controller's status writes in flight (its `WRITE_CONCURRENCY`), for the baseline's.
+const STATUS_WRITERS: usize = 16;
 /// Polling period of the in-process probes.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -118,6 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         &OnceLock::new(),
     )
     .await?;
+    let floor = burst::write_statuses(&client, BASELINE_NAMESPACE, &shape, STATUS_WRITERS).await?;
     burst::remove(&client, BASELINE_NAMESPACE).await?;
 
     eprintln!("starting the controller");
@@ -145,7 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tunnel: tunnel.clone(),
         namespace: NAMESPACE.to_owned(),
         routes: cli.routes,
-        hostnames: cli.gateways,
+        hostnames: ingress_hostnames(cli.gateways),
     }
     .poll(POLL, conv.clone());
 
@@ -208,6 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     print_report(&Report {
         cli: &cli,
         baseline,
+        floor,
         created,
         times,
         idle,
@@ -282,6 +286,31 @@ async fn propagation(
         "| write → every proxy serves the new backend, p50 / p99 / max | {} | |",
         stats(&out.all)
     );
+    println!(
+        "| of which the API write's own round trip (PATCH → its answer), p50 / p99 / max | {} | |",
+        stats(&out.acked)
+    );
+    if out.first.len() == out.acked.len() {
+        let mut slowest: Vec<_> = out.first.iter().zip(&out.acked).enumerate().collect();
+        slowest.sort_by_key(|(_, (first, _))| std::cmp::Reverse(**first));
+        let slowest: Vec<_> = slowest
+            .iter()
+            .take(3)
+            .map(|(i, (first, acked))| {
+                format!(
+                    "#{} {} (API write {}; written {})",
+                    i + 1,
+                    ms(**first),
+                    ms(**acked),
+                    out.written_at[*i]
+                )
+            })
+            .collect();
+        println!(
+            "| slowest switches: write → first answer | {} | |",
+            slowest.join("; ")
+        );
+    }
     println!(
         "| requests during the run / failed | {} / {} | 0 failed: {} |",
         out.requests,
@@ -413,6 +442,8 @@ struct Times {
 struct Report<'a> {
     cli: &'a Cli,
     baseline: burst::Created,
+    /// The baseline's status writes, one per Gateway and route, after its creates.
+    floor: burst::Created,
     created: burst::Created,
     times: Times,
     idle: Memory,
@@ -426,6 +457,12 @@ struct Report<'a> {
     load: (String, String),
     /// From the first create to convergence.
     cpu: CpuSplit,
+}
+
+/// The hostnames the tunnel's ingress document can hold of `gateways` (one each): all but the
+/// catch-all's rule of a tunnel's [`tunnel_controller::ingress::MAX_RULES`].
+fn ingress_hostnames(gateways: usize) -> usize {
+    gateways.min(tunnel_controller::ingress::MAX_RULES - 1)
 }
 
 fn print_report(r: &Report<'_>) {
@@ -467,6 +504,19 @@ fn print_report(r: &Report<'_>) {
         "",
     );
     row(
+        &format!(
+            "baseline: then {} status writes (one per Gateway and route, {STATUS_WRITERS} in flight), no controller",
+            r.floor.objects
+        ),
+        secs(r.floor.elapsed),
+        "",
+    );
+    row(
+        "**the API server's floor under a convergence** (the baseline's creates + status writes)",
+        secs(r.baseline.elapsed + r.floor.elapsed),
+        "",
+    );
+    row(
         "the same creates, controller running",
         secs(r.created.elapsed),
         "",
@@ -485,7 +535,16 @@ fn print_report(r: &Report<'_>) {
         "",
     );
     row(
-        &format!("ingress document holds all {} hostnames", cli.gateways),
+        &if ingress_hostnames(cli.gateways) < cli.gateways {
+            format!(
+                "ingress document holds {} hostnames (a tunnel's {} rules with the catch-all; the routes of the {} other Gateways say they did not fit)",
+                ingress_hostnames(cli.gateways),
+                tunnel_controller::ingress::MAX_RULES,
+                cli.gateways - ingress_hostnames(cli.gateways)
+            )
+        } else {
+            format!("ingress document holds all {} hostnames", cli.gateways)
+        },
         secs(r.times.ingress),
         "",
     );

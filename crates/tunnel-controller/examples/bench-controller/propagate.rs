@@ -40,6 +40,11 @@ pub struct Outcome {
     pub first: Vec<Duration>,
     /// Per switch: write → every proxy has served the new backend.
     pub all: Vec<Duration>,
+    /// Per switch: the API write's own round trip (the PATCH until its answer), the part of
+    /// `first` no controller can shorten.
+    pub acked: Vec<Duration>,
+    /// Per switch: when its write went out (UTC), to read the controller's log against.
+    pub written_at: Vec<k8s_openapi::jiff::Timestamp>,
     pub requests: usize,
     pub failed: usize,
     /// Answers from the old backend after the same proxy had served the new one.
@@ -135,11 +140,14 @@ pub async fn run(
         .collect();
     let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
     let mut writes = Vec::with_capacity(switches);
+    let mut acked = Vec::with_capacity(switches);
+    let mut written_at = Vec::with_capacity(switches);
     let mut result = Ok(());
     for i in 1..=switches {
         tokio::time::sleep(gap).await;
         let target = i % 2;
         let written = Instant::now();
+        written_at.push(k8s_openapi::jiff::Timestamp::now());
         if let Err(e) = routes
             .patch(
                 ROUTE,
@@ -151,6 +159,7 @@ pub async fn run(
             result = Err(e).context("switching the route's backend");
             break;
         }
+        acked.push(written.elapsed());
         writes.push((written, target));
         // The next switch only once every proxy serves this one (or a generous deadline): a
         // switch that overtakes the previous one would measure nothing.
@@ -169,13 +178,19 @@ pub async fn run(
         .iter()
         .map(|l| std::mem::take(&mut *l.lock().unwrap_or_else(PoisonError::into_inner)))
         .collect();
-    Ok(measure(&writes, &logs))
+    Ok(Outcome {
+        acked,
+        written_at,
+        ..measure(&writes, &logs)
+    })
 }
 
 fn measure(writes: &[(Instant, usize)], logs: &[Vec<(Instant, Answer)>]) -> Outcome {
     let mut out = Outcome {
         first: Vec::new(),
         all: Vec::new(),
+        acked: Vec::new(),
+        written_at: Vec::new(),
         requests: logs.iter().map(Vec::len).sum(),
         failed: 0,
         stale: 0,
