@@ -8,11 +8,11 @@
 //! before objects enter a store: the controller never reads them and they are most of an
 //! object's size.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::{Arc, PoisonError};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use gateway_api::apis::standard::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::apis::standard::gatewayclasses::GatewayClass;
 use gateway_api::apis::standard::gateways::Gateway;
@@ -29,6 +29,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
@@ -55,7 +56,8 @@ impl LastChange {
 }
 
 /// The watch events in order: the number of the last one, of the last one that was not about a
-/// route, and of the last one about each route since [`Journal::forget_until`].
+/// route (leaving out those that cannot change a route table, see [`tables_unchanged`]), and of
+/// the last one about each route since [`Journal::forget_until`].
 #[derive(Clone, Default)]
 pub struct Journal {
     state: Arc<std::sync::Mutex<JournalState>>,
@@ -71,7 +73,9 @@ struct JournalState {
 }
 
 impl Journal {
-    fn record(&self, route: Option<RouteId>) {
+    /// Numbers an event: about `route`, or about another object (`tables_unchanged`: one
+    /// whose change cannot move any route table, which the route lane may let pass).
+    fn record(&self, route: Option<RouteId>, tables_unchanged: bool) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.seq += 1;
         let seq = s.seq;
@@ -81,6 +85,7 @@ impl Journal {
                 drop(s);
                 self.routes_changed.notify_one();
             }
+            None if tables_unchanged => {}
             None => s.other = seq,
         }
     }
@@ -118,7 +123,13 @@ impl Journal {
             .retain(|_, at| *at > seq);
     }
 
-    /// Wakes on the next route event (or at once, for one that came unwaited).
+    /// Wakes [`Self::route_changed`] without an event: a round has a new model, against which
+    /// the routes changed since its snapshot can now be decided.
+    pub fn nudge(&self) {
+        self.routes_changed.notify_one();
+    }
+
+    /// Wakes on the next route event or [`Self::nudge`] (or at once, for one that came unwaited).
     pub async fn route_changed(&self) {
         self.routes_changed.notified().await;
     }
@@ -291,14 +302,28 @@ type Changed = (Arc<Notify>, LastChange, Journal);
 
 fn reflect<K>(client: &Client, changed: &Changed) -> Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     reflect_with(client, changed, watcher::Config::default().any_semantic())
 }
 
 fn reflect_labelled<K>(client: &Client, changed: &Changed, selector: &str) -> Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     reflect_with(
         client,
@@ -309,13 +334,39 @@ where
 
 fn reflect_with<K>(client: &Client, changed: &Changed, config: watcher::Config) -> Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let api: Api<K> = Api::all(client.clone());
     let changed = changed.clone();
+    // Updates known not to move any table, by object and resourceVersion, from the step that
+    // still sees the store's previous version to the one that records the event.
+    let neutral: Arc<std::sync::Mutex<BTreeSet<(ObjKey, String)>>> = Arc::default();
+    let classify = {
+        let (reader, neutral) = (reader.clone(), neutral.clone());
+        move |event: watcher::Event<K>| {
+            if let watcher::Event::Apply(new) = &event
+                && let Some(old) = reader.get(&ObjectRef::from_obj(new))
+                && tables_unchanged(old.as_ref(), new)
+            {
+                neutral
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert((ObjKey::of(new), new.resource_version().unwrap_or_default()));
+            }
+            event
+        }
+    };
     let stream = watcher(api, config)
         .default_backoff()
+        .map_ok(classify)
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects();
@@ -331,14 +382,131 @@ where
                     "GRPCRoute" => Some(RouteKind::Grpc),
                     _ => None,
                 };
-                changed.2.record(kind.map(|kind| RouteId {
-                    kind,
-                    key: ObjKey::of(obj),
-                }));
+                let key = ObjKey::of(obj);
+                let unchanged = neutral
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&(key.clone(), obj.resource_version().unwrap_or_default()));
+                changed
+                    .2
+                    .record(kind.map(|kind| RouteId { kind, key }), unchanged);
             }
             changed.1.touch();
             changed.0.notify_one();
         }
     });
     reader
+}
+
+/// Whether an update from `old` to `new` cannot move any route table: a Gateway whose status
+/// conditions or listener statuses alone changed (what this controller writes after every
+/// round; the model reads a Gateway's spec, metadata and `status.addresses` only, the tunnel it
+/// holds). Anything else, and every other kind, may.
+fn tables_unchanged<K: Resource<DynamicType = ()> + Serialize>(old: &K, new: &K) -> bool {
+    if K::kind(&()) != "Gateway" {
+        return false;
+    }
+    let comparable = |o: &K| {
+        let mut v = serde_json::to_value(o).ok()?;
+        let metadata = v.get_mut("metadata")?.as_object_mut()?;
+        metadata.remove("resourceVersion");
+        metadata.remove("managedFields");
+        if let Some(status) = v.get_mut("status").and_then(|s| s.as_object_mut()) {
+            status.remove("conditions");
+            status.remove("listeners");
+        }
+        Some(v)
+    };
+    match (comparable(old), comparable(new)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gateway(v: serde_json::Value) -> Gateway {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn base() -> serde_json::Value {
+        json!({
+            "metadata": {"name": "gw", "namespace": "ns", "resourceVersion": "1", "generation": 1,
+                         "labels": {"team": "a"}},
+            "spec": {"gatewayClassName": "c", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "a.example"}]},
+            "status": {
+                "addresses": [{"type": "Hostname", "value": "t.cfargotunnel.com"}],
+                "conditions": [{"type": "Accepted", "status": "False", "reason": "Pending",
+                                "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+            },
+        })
+    }
+
+    type Change = fn(&mut serde_json::Value);
+
+    /// Each change, and whether the route lane may let it pass.
+    #[test]
+    fn only_a_gateways_conditions_and_listener_statuses_leave_the_tables_alone() {
+        let old = gateway(base());
+        let cases: [(&str, Change, bool); 6] = [
+            (
+                "conditions written",
+                |v| {
+                    v["metadata"]["resourceVersion"] = json!("2");
+                    v["status"]["conditions"][0]["status"] = json!("True");
+                },
+                true,
+            ),
+            (
+                "listener statuses written",
+                |v| {
+                    v["metadata"]["resourceVersion"] = json!("2");
+                    v["status"]["listeners"] = json!([{"name": "http", "attachedRoutes": 3,
+                    "supportedKinds": [], "conditions": []}]);
+                },
+                true,
+            ),
+            (
+                "the tunnel address changed (a claim)",
+                |v| {
+                    v["status"]["addresses"][0]["value"] = json!("u.cfargotunnel.com");
+                },
+                false,
+            ),
+            (
+                "a listener's hostname changed",
+                |v| {
+                    v["spec"]["listeners"][0]["hostname"] = json!("b.example");
+                    v["metadata"]["generation"] = json!(2);
+                },
+                false,
+            ),
+            (
+                "a label changed",
+                |v| {
+                    v["metadata"]["labels"]["team"] = json!("b");
+                },
+                false,
+            ),
+            (
+                "deletion started",
+                |v| {
+                    v["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+                },
+                false,
+            ),
+        ];
+        for (what, change, expected) in cases {
+            let mut v = base();
+            change(&mut v);
+            assert_eq!(tables_unchanged(&old, &gateway(v)), expected, "{what}");
+        }
+        // Any other kind: never.
+        let svc: Service = serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
+        assert!(!tables_unchanged(&svc, &svc));
+    }
 }

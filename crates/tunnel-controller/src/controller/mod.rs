@@ -542,6 +542,11 @@ impl Controller {
             }
             effects.config_tls = self.publish_expiry(&certs);
         }
+        // Routes changed since the snapshot go to the lane now, against this round's model and
+        // into the tables just pushed. Their events may have found the lane unable to use the
+        // previous model (something else had changed since its snapshot, such as the echo of a
+        // Gateway status this controller wrote); without this they would wait for the next round.
+        self.stores.journal().nudge();
 
         let pushed = started.elapsed();
 
