@@ -98,9 +98,10 @@ impl Journal {
             .seq
     }
 
-    /// The number of the last event, and the routes changed after event `seq`; `None` when
-    /// something other than a route changed after it.
-    pub fn routes_since(&self, seq: u64) -> Option<(u64, Vec<RouteId>)> {
+    /// The number of the last event, and the routes changed after event `seq`, at most `max`
+    /// and one more (more is a burst, whose every event would otherwise copy it all); `None`
+    /// when something other than a route changed after it.
+    pub fn routes_since(&self, seq: u64, max: usize) -> Option<(u64, Vec<RouteId>)> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if s.other > seq {
             return None;
@@ -109,6 +110,7 @@ impl Journal {
             .routes
             .iter()
             .filter(|(_, at)| **at > seq)
+            .take(max.saturating_add(1))
             .map(|(id, _)| id.clone())
             .collect();
         Some((s.seq, routes))
@@ -444,6 +446,40 @@ mod tests {
                                 "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
             },
         })
+    }
+
+    fn route(n: usize) -> RouteId {
+        RouteId {
+            kind: RouteKind::Http,
+            key: ObjKey {
+                namespace: "ns".into(),
+                name: format!("r-{n}"),
+            },
+        }
+    }
+
+    #[test]
+    fn the_journal_names_the_routes_changed_since_a_snapshot_until_something_else_changes() {
+        let journal = Journal::default();
+        journal.record(Some(route(0)), false);
+        let seen = journal.seq();
+        for n in 1..=10 {
+            journal.record(Some(route(n)), false);
+        }
+        // A Gateway's own status echo: the routes still count alone.
+        journal.record(None, true);
+        let (seq, routes) = journal.routes_since(seen, 64).unwrap();
+        assert_eq!(seq, 12);
+        assert_eq!(routes.len(), 10);
+        assert!(!routes.contains(&route(0)));
+        // A burst: no more than the caller's bound and one.
+        assert_eq!(journal.routes_since(seen, 3).unwrap().1.len(), 4);
+        journal.forget_until(seq);
+        assert!(journal.routes_since(seen, 64).unwrap().1.is_empty());
+        // Anything else: the round decides.
+        journal.record(Some(route(1)), false);
+        journal.record(None, false);
+        assert!(journal.routes_since(seq, 64).is_none());
     }
 
     type Change = fn(&mut serde_json::Value);

@@ -199,24 +199,17 @@ impl Controller {
             else {
                 continue;
             };
-            let Some((seq, routes)) = journal.routes_since(basis.seq) else {
+            let Some((seq, routes)) = journal.routes_since(basis.seq, model::lane::MAX_ROUTES)
+            else {
                 continue; // something else changed too: the round decides
             };
             if routes.is_empty() {
                 continue;
             }
             let started = Instant::now();
-            let edits = routes
-                .iter()
-                .map(|id| {
-                    model::lane::decide(
-                        &basis.model,
-                        &basis.ctx,
-                        id,
-                        self.stores.route(id).as_ref(),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>();
+            let edits = model::lane::decide_all(&basis.model, &basis.ctx, &routes, |id| {
+                self.stores.route(id)
+            });
             let edits = match edits {
                 Ok(edits) => edits,
                 Err(why) => {

@@ -41,6 +41,8 @@ pub enum Declined {
     NoPlace { route: String, partition: String },
     #[error("{0} is the union of the tables of Gateways sharing a tunnel")]
     Union(String),
+    #[error("{0} routes changed since the model: a burst, for the full round")]
+    Burst(usize),
 }
 
 /// A route's entries now, in every partition of the model (a partition not listed: none).
@@ -88,6 +90,44 @@ pub fn decide(
         entries,
         unions: ctx.unions.clone(),
     })
+}
+
+/// The most routes changed since the model that the lane decides at once: more is a burst, for
+/// the full round (the lane runs on every route event, and a burst's events each find all the
+/// burst's routes changed).
+pub const MAX_ROUTES: usize = 64;
+
+/// [`decide`] for each changed route (`now` looks a route up as it is now), all or none, in the
+/// order given. Routes unknown to the model's snapshot (or made again) are decided first: they
+/// are the ones likely to decline, and a decline ends it.
+pub fn decide_all(
+    model: &Model,
+    ctx: &RouteContext,
+    changed: &[RouteId],
+    now: impl Fn(&RouteId) -> Option<RouteNow>,
+) -> Result<Vec<RouteEdit>, Declined> {
+    if changed.len() > MAX_ROUTES {
+        return Err(Declined::Burst(changed.len()));
+    }
+    let known = |id: &RouteId, now: &Option<RouteNow>| {
+        let uid = now.as_ref().and_then(|r| match r {
+            RouteNow::Http(r) => r.metadata.uid.as_ref(),
+            RouteNow::Grpc(r) => r.metadata.uid.as_ref(),
+        });
+        now.is_none() || ctx.uids.get(id).is_some_and(|u| u.as_ref() == uid)
+    };
+    let mut order: Vec<_> = changed
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (i, id, now(id)))
+        .collect();
+    order.sort_by_key(|(_, id, now)| known(id, now));
+    let mut edits = order
+        .into_iter()
+        .map(|(i, id, now)| decide(model, ctx, id, now.as_ref()).map(|e| (i, e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    edits.sort_by_key(|(i, _)| *i);
+    Ok(edits.into_iter().map(|(_, e)| e).collect())
 }
 
 /// Where a table changed: `remove` routes of the table as it was, from `start` on, were

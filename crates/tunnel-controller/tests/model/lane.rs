@@ -169,10 +169,12 @@ fn check(
     changes: &[(RouteId, Change)],
 ) -> Result<(), Declined> {
     let (next, now) = apply(snap, changes);
-    let edits = now
-        .iter()
-        .map(|(id, r)| lane::decide(model, ctx, id, r.as_ref()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let ids: Vec<RouteId> = now.iter().map(|(id, _)| id.clone()).collect();
+    let edits = lane::decide_all(model, ctx, &ids, |id| {
+        now.iter()
+            .find(|(i, _)| i == id)
+            .and_then(|(_, r)| r.clone())
+    })?;
     let before: BTreeMap<PartitionKey, Config> = model
         .partitions
         .iter()
@@ -275,4 +277,60 @@ fn the_lane_makes_the_tables_a_full_round_makes() {
         taken > declined,
         "the lane took {taken} changes and declined {declined}"
     );
+}
+
+/// The lane decides a few routes at once; more changed since its model is a burst, which it
+/// leaves to the full round without deciding any (every event of a burst would otherwise decide
+/// the whole burst again). A route made again declines wherever it is among the changes.
+#[test]
+fn a_burst_and_a_route_made_again_are_left_to_the_round() {
+    let input = cases()
+        .into_iter()
+        .find(|c| {
+            let text = std::fs::read_to_string(c).unwrap();
+            let case: Case = serde_saphyr::from_str(&text).unwrap();
+            snapshot(case).http_routes.len() >= 2
+        })
+        .expect("a golden case with two HTTPRoutes");
+    let mut case: Case = serde_saphyr::from_str(&std::fs::read_to_string(&input).unwrap()).unwrap();
+    let answers = std::mem::take(&mut case.verifications);
+    let snap = snapshot(case);
+    let (model, ctx) = compute_with_context(&snap, &answers);
+    let ids = routes(&snap);
+    let current = |id: &RouteId| {
+        snap.http_routes
+            .iter()
+            .find(|r| id_of(RouteKind::Http, &r.metadata) == *id)
+            .map(|r| RouteNow::Http(r.clone()))
+    };
+    let many = vec![ids[0].clone(); lane::MAX_ROUTES + 1];
+    assert_eq!(
+        lane::decide_all(&model, &ctx, &many, current).unwrap_err(),
+        Declined::Burst(lane::MAX_ROUTES + 1)
+    );
+    let few = vec![ids[0].clone(); lane::MAX_ROUTES];
+    assert_eq!(
+        lane::decide_all(&model, &ctx, &few, current).unwrap().len(),
+        lane::MAX_ROUTES
+    );
+    // The second route made again, given last and first: declined both ways (when it has
+    // entries: the case's routes attach).
+    let (_, now) = apply(&snap, &[(ids[1].clone(), Change::Recreated)]);
+    let remade = now[0].1.clone();
+    let lookup = |id: &RouteId| {
+        if *id == ids[1] {
+            remade.clone()
+        } else {
+            current(id)
+        }
+    };
+    for order in [
+        [ids[0].clone(), ids[1].clone()],
+        [ids[1].clone(), ids[0].clone()],
+    ] {
+        match lane::decide_all(&model, &ctx, &order, lookup) {
+            Err(Declined::Recreated(_)) => {}
+            other => panic!("{order:?}: {other:?}"),
+        }
+    }
 }
