@@ -27,6 +27,8 @@ use crate::process::ManagedProcess;
 
 /// The bridge's name inside the world.
 pub const BRIDGE: &str = "kt0";
+/// The bridge's link-layer address (locally administered, after [`GATEWAY`]).
+const BRIDGE_MAC: &str = "02:00:0a:f4:00:01";
 /// The bridge's address: the pods' default gateway.
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 /// The prefix length of the pod network `10.244.0.0/24`.
@@ -90,7 +92,12 @@ impl World {
         };
         let gateway = format!("{GATEWAY}/{PREFIX_LEN}");
         world.ip(&["link", "set", "lo", "up"])?;
-        world.ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        // A fixed address: a bridge otherwise takes its lowest port's, so it would change as
+        // Pods come and go, leaving every Pod's entry for its gateway pointing at a stale one
+        // (and flushing the node's neighbour entries each time).
+        world.ip(&[
+            "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge",
+        ])?;
         world.ip(&["addr", "add", &gateway, "dev", BRIDGE])?;
         world.ip(&["link", "set", BRIDGE, "up"])?;
         Ok(world)
@@ -176,10 +183,7 @@ impl World {
     pub fn add_pod(self: &Arc<Self>, name: &str) -> Result<PodNetwork, Error> {
         let (host, link) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let after = state.last_host.max(1);
-            let host = (after + 1..=254u8)
-                .chain(2..=after)
-                .find(|h| !state.hosts.contains(h))
+            let host = next_host(&state.hosts, state.last_host)
                 .ok_or_else(|| Error::Network("no free address in 10.244.0.0/24".into()))?;
             state.hosts.push(host);
             state.last_host = host;
@@ -219,6 +223,15 @@ impl World {
             .hosts
             .retain(|h| *h != host);
     }
+}
+
+/// The host part to hand out next: the first free one after `last`, round-robin over .2-.254
+/// (.1 is the bridge's).
+fn next_host(in_use: &[u8], last: u8) -> Option<u8> {
+    let after = last.max(1);
+    (after + 1..=254u8)
+        .chain(2..=after)
+        .find(|h| !in_use.contains(h))
 }
 
 /// One pod's network: a namespace of its own, or (`hostNetwork`) the world's. Dropping a
@@ -398,5 +411,34 @@ fn unshare_net_before_exec(cmd: &mut Command) {
         cmd.pre_exec(|| {
             nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_host;
+
+    #[test]
+    fn addresses_go_round_robin_and_a_freed_one_comes_back_last() {
+        assert_eq!(next_host(&[], 0), Some(2), "the first Pod");
+        assert_eq!(next_host(&[2], 2), Some(3));
+        // .2 freed: .3 still comes next, then the rest of the range.
+        assert_eq!(next_host(&[], 2), Some(3));
+        assert_eq!(
+            next_host(&[3, 4], 2),
+            Some(5),
+            "in-use addresses are skipped"
+        );
+        // At the end of the range it wraps to the freed ones.
+        assert_eq!(next_host(&[3], 254), Some(2));
+        assert_eq!(next_host(&[2], 254), Some(3));
+        let all: Vec<u8> = (2..=254).collect();
+        assert_eq!(next_host(&all, 100), None, "full");
+        let but_one: Vec<u8> = (2..=254).filter(|h| *h != 100).collect();
+        assert_eq!(
+            next_host(&but_one, 100),
+            Some(100),
+            "the one left, even the last one"
+        );
     }
 }
