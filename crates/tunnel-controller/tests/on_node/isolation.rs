@@ -147,7 +147,24 @@ async fn programmed_follows_the_planes_readiness(install: &Install, tunnel_a: &T
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Watched for a while: Programmed stays False and says it waits for a ready replica.
+    // The round after the Deployment's creation says so (the Pods may be stuck before it
+    // ran); from then on, watched for a while, Programmed stays False and says it waits for a
+    // ready replica.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let programmed = gateway_condition(cluster, "tenant-a", "a", "Programmed").await;
+        if programmed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("0 of 2 Pods ready"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Programmed never counted the plane's Pods: {programmed}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     for _ in 0..10 {
         let programmed = gateway_condition(cluster, "tenant-a", "a", "Programmed").await;
         assert_eq!(
