@@ -2,9 +2,12 @@
 //! burst becomes one round) it takes a snapshot, computes the [`crate::model::Model`], syncs
 //! each tunnel's ingress document, pushes each partition's route table, and writes the statuses
 //! that changed. Ingress documents are written only once the changes pause for
-//! [`INGRESS_QUIET`] (at most [`MAX_INGRESS_DEFER`] into a burst), so a burst costs one Cloudflare write per tunnel while
-//! statuses and pushes follow it. A round that left something undone (a failed tunnel, push or write) schedules
-//! another with backoff; a quiet cluster is re-checked every [`RESYNC`].
+//! [`INGRESS_QUIET`] (at most [`MAX_INGRESS_DEFER`] into a burst), so a burst costs one
+//! Cloudflare write per tunnel while pushes follow it; in a large burst route statuses and
+//! Gateways' route counts wait with them ([`quiet`]), so each is written once, not once per
+//! round. A round that left something undone (a failed tunnel, push or write) schedules another
+//! with backoff; a round that waits for the quiet schedules the one that will publish; a quiet
+//! cluster is re-checked every [`RESYNC`].
 //!
 //! Only the leader runs rounds; the stores are warm on every replica, so a new leader starts at
 //! once.
@@ -49,6 +52,7 @@ use crate::world::Stores;
 
 mod cloudflare;
 mod plane_tls;
+mod quiet;
 
 use plane_tls::plane_certs;
 
@@ -119,6 +123,8 @@ struct Outcome {
     incomplete: bool,
     /// Nothing failed, but the next round should come soon (planes still moving to a new CA).
     again: bool,
+    /// Mid-burst: what waits for the quiet is due then ([`quiet::Publication::Wait`]).
+    wait_until: Option<Instant>,
 }
 
 /// What a [`Controller`] is built from.
@@ -293,6 +299,11 @@ impl Controller {
                 retry_at = None;
                 backoff = Duration::from_millis(500);
             }
+            // Waiting for a burst's end is not a failure: the round that publishes comes when
+            // it is due, however long the burst's rounds have been backing off.
+            if let Some(until) = out.wait_until {
+                retry_at = Some(retry_at.map_or(until, |r| r.min(until)));
+            }
         }
     }
 
@@ -311,29 +322,17 @@ impl Controller {
         }
     }
 
-    /// Whether this round writes ingress documents: once the watched objects have been quiet
-    /// for [`INGRESS_QUIET`], or once a burst has gone on for [`MAX_INGRESS_DEFER`]. Statuses and
-    /// pushes do not wait; the Cloudflare writes do, so a burst costs one write per tunnel.
-    fn ingress_due(&self) -> bool {
-        let quiet = self
-            .stores
-            .last_change()
-            .elapsed()
-            .is_none_or(|e| e >= INGRESS_QUIET);
+    /// Whether this round publishes what waits for the quiet ([`quiet::decide`]).
+    fn publication(&self) -> quiet::Publication {
         let mut since = self
             .burst_since
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if quiet {
-            *since = None;
-            return true;
-        }
-        let first = *since.get_or_insert_with(Instant::now);
-        if first.elapsed() >= MAX_INGRESS_DEFER {
-            *since = None;
-            return true;
-        }
-        false
+        quiet::decide(
+            &mut since,
+            self.stores.last_change().elapsed(),
+            Instant::now(),
+        )
     }
 
     async fn round(&self) -> Outcome {
@@ -366,7 +365,13 @@ impl Controller {
         notices.extend(provisioned.notices);
 
         // Tunnels, all at once; each on its own. Mid-burst, the last results stand.
-        let due = self.ingress_due();
+        let due = match self.publication() {
+            quiet::Publication::Due => true,
+            quiet::Publication::Wait { until } => {
+                outcome.wait_until = Some(until);
+                false
+            }
+        };
         let results: Vec<(String, Result<TunnelResult, Arc<SyncError>>)> = if due {
             let syncs = model.tunnels.iter().map(|(tunnel, plan)| async move {
                 (
@@ -382,7 +387,6 @@ impl Controller {
             results
         } else {
             tracing::debug!("changes still arriving; ingress documents wait for the quiet");
-            outcome.incomplete = true;
             let last = self
                 .last_tunnels
                 .lock()
@@ -595,6 +599,23 @@ impl Controller {
         );
         writes.extend(access_writes);
         notices.extend(more);
+        let mut held = 0;
+        if !due {
+            let current = |k: &ObjKey| {
+                model
+                    .gateways
+                    .get(k)
+                    .and_then(|g| g.gateway.status.as_ref())
+            };
+            let burst = status::hold_in_burst(writes, notices, current);
+            (writes, notices, held) = (burst.writes, burst.notices, burst.held);
+            if held > 0 {
+                tracing::debug!(
+                    held,
+                    "a burst: route statuses and route counts wait for the quiet"
+                );
+            }
+        }
         let pending: Vec<_> = writes
             .iter()
             .map(|w| {
@@ -633,6 +654,7 @@ impl Controller {
             gateways = model.gateways.len(),
             routes = model.routes.len(),
             writes = writes.len(),
+            held,
             incomplete = outcome.incomplete,
             "sync round"
         );

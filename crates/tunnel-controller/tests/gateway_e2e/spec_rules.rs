@@ -499,3 +499,116 @@ async fn published_turns_true_only_once_the_plane_serves_the_route_and_the_tunne
     assert_eq!(status, 200, "Published=True but {host} is not served");
     wait_hostname(&host, true).await;
 }
+
+/// A burst of routes (one `kubectl apply` of more than the 64 statuses a round writes mid-burst)
+/// is written once per route, `Published=True` included: the rounds of the burst hold route
+/// statuses back until the ingress writes are due, instead of writing `Published=False` first
+/// and every route again once the tunnel lists its hostname. At most one round's few statuses
+/// (those written before the burst was one) may be written twice. Counted from a watch of the
+/// namespace's routes: each event whose `status` differs from the route's previous one.
+#[tokio::test]
+async fn a_burst_of_routes_is_written_once_per_route() {
+    use std::collections::BTreeMap;
+
+    use futures::StreamExt;
+    use gateway_api::apis::standard::httproutes::HttpRoute;
+    use kube::runtime::watcher::{self, Event};
+
+    const ROUTES: usize = 100;
+    let w = world();
+    let _shared = w.lock.read().await;
+    let ns = unique_name("burst");
+    let port = spawn_backend("burst").await;
+    apply(&namespace_with_gateway(&ns)).await;
+    apply(&service_yaml(&ns, "echo", port)).await;
+
+    let routes: kube::Api<HttpRoute> =
+        kube::Api::namespaced(cluster().client().await.unwrap(), &ns);
+    let mut events = watcher::watcher(routes, watcher::Config::default()).boxed();
+    // Wait for the (empty) initial list, so no event of the burst is missed.
+    loop {
+        match events.next().await {
+            Some(Ok(Event::InitDone)) => break,
+            Some(Ok(_)) => {}
+            other => panic!("the route watch ended: {other:?}"),
+        }
+    }
+    let host = format!("{ns}.example.com");
+    let yaml: String = (0..ROUTES)
+        .map(|i| {
+            format!(
+                r#"---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: ["{host}"]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /r{i}}}}}]
+    backendRefs: [{{name: echo, port: 80}}]
+"#
+            )
+        })
+        .collect();
+    apply(&yaml).await;
+
+    // route name -> (the last status seen, how many times it changed)
+    let mut seen: BTreeMap<String, (Option<serde_json::Value>, usize)> = BTreeMap::new();
+    let published =
+        |status: &Option<serde_json::Value>| {
+            status.as_ref().is_some_and(|s| {
+                s["parents"].as_array().into_iter().flatten().any(|p| {
+                    p["controllerName"] == CONTROLLER
+                        && p["conditions"].as_array().into_iter().flatten().any(|c| {
+                            c["type"] == "cf.k8s.lex.la/Published" && c["status"] == "True"
+                        })
+                })
+            })
+        };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < ROUTES || !seen.values().all(|(s, _)| published(s)) {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                let waiting: Vec<_> = seen
+                    .iter()
+                    .filter(|(_, (s, _))| !published(s))
+                    .map(|(n, _)| n)
+                    .collect();
+                panic!(
+                    "{} of {ROUTES} routes seen, not Published=True: {waiting:?}",
+                    seen.len()
+                )
+            });
+        let route = match event {
+            Some(Ok(Event::Apply(r) | Event::InitApply(r))) => r,
+            Some(Ok(_)) => continue,
+            other => panic!("the route watch ended: {other:?}"),
+        };
+        let status = route
+            .status
+            .as_ref()
+            .map(|s| serde_json::to_value(s).unwrap());
+        let entry = seen.entry(route.metadata.name.unwrap()).or_default();
+        if status.is_some() && status != entry.0 {
+            entry.1 += 1;
+        }
+        entry.0 = status;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, (_, n))| *n > 1).collect();
+    assert!(
+        twice.len() <= 64,
+        "{} of {ROUTES} routes had their status written more than once: {:?}",
+        twice.len(),
+        twice.iter().map(|(n, (_, k))| (n, k)).collect::<Vec<_>>()
+    );
+    let gateway = get_json(&["gateway", "gw", "-n", &ns]).await;
+    assert_eq!(
+        gateway["status"]["listeners"][0]["attachedRoutes"], ROUTES,
+        "{}",
+        gateway["status"]
+    );
+    let (status, _) = get_via(w.proxies[0].data, &host, "/r7").await.unwrap();
+    assert_eq!(status, 200);
+}
