@@ -198,25 +198,25 @@ impl Stores {
         Stores {
             last_change: last.clone(),
             journal,
-            gateway_classes: reflect(client, changed),
-            gateways: reflect(client, changed),
-            http_routes: reflect(client, changed),
-            grpc_routes: reflect(client, changed),
-            listener_sets: reflect(client, changed),
-            reference_grants: reflect(client, changed),
-            backend_tls_policies: reflect(client, changed),
-            services: reflect(client, changed),
-            endpoint_slices: reflect(client, changed),
-            secrets: reflect(client, changed),
-            config_maps: reflect(client, changed),
-            namespaces: reflect(client, changed),
-            class_configs: reflect(client, changed),
-            gateway_configs: reflect(client, changed),
-            access_policies: reflect(client, changed),
-            deployments: reflect_labelled(client, changed, PLANE_SELECTOR),
-            network_policies: reflect_labelled(client, changed, PLANE_SELECTOR),
-            hpas: reflect_labelled(client, changed, PLANE_SELECTOR),
-            pdbs: reflect_labelled(client, changed, PLANE_SELECTOR),
+            gateway_classes: reflect(client, changed, None),
+            gateways: reflect(client, changed, None),
+            http_routes: reflect(client, changed, None),
+            grpc_routes: reflect(client, changed, None),
+            listener_sets: reflect(client, changed, None),
+            reference_grants: reflect(client, changed, None),
+            backend_tls_policies: reflect(client, changed, None),
+            services: reflect(client, changed, None),
+            endpoint_slices: reflect(client, changed, None),
+            secrets: reflect(client, changed, None),
+            config_maps: reflect(client, changed, None),
+            namespaces: reflect(client, changed, None),
+            class_configs: reflect(client, changed, None),
+            gateway_configs: reflect(client, changed, None),
+            access_policies: reflect(client, changed, None),
+            deployments: reflect(client, changed, Some(PLANE_SELECTOR)),
+            network_policies: reflect(client, changed, Some(PLANE_SELECTOR)),
+            hpas: reflect(client, changed, Some(PLANE_SELECTOR)),
+            pdbs: reflect(client, changed, Some(PLANE_SELECTOR)),
         }
     }
 
@@ -302,39 +302,9 @@ const PLANE_SELECTOR: &str = "app.kubernetes.io/managed-by=tunnel-controller";
 
 type Changed = (Arc<Notify>, LastChange, Journal);
 
-fn reflect<K>(client: &Client, changed: &Changed) -> Store<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    reflect_with(client, changed, watcher::Config::default().any_semantic())
-}
-
-fn reflect_labelled<K>(client: &Client, changed: &Changed, selector: &str) -> Store<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    reflect_with(
-        client,
-        changed,
-        watcher::Config::default().any_semantic().labels(selector),
-    )
-}
-
-fn reflect_with<K>(client: &Client, changed: &Changed, config: watcher::Config) -> Store<K>
+/// A store of every `K` (those with the `labels` selector, if given), kept by a reflector whose
+/// every event wakes the sync loop and is recorded in the journal.
+fn reflect<K>(client: &Client, changed: &Changed, labels: Option<&str>) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -347,6 +317,10 @@ where
 {
     let (reader, writer) = reflector::store();
     let api: Api<K> = Api::all(client.clone());
+    let mut config = watcher::Config::default().any_semantic();
+    if let Some(labels) = labels {
+        config = config.labels(labels);
+    }
     let changed = changed.clone();
     // Updates known not to move any table, by object and resourceVersion, from the step that
     // still sees the store's previous version to the one that records the event.
