@@ -73,7 +73,7 @@ pub struct Effects {
     /// Partitions whose every proxy holds this round's document.
     pub loaded: BTreeSet<PartitionKey>,
     /// The hostnames each tunnel's ingress document lists now (as
-    /// [`ingress::rule_hostname`] spells them); a tunnel whose document this round did not
+    /// [`crate::ingress::rule_hostname`] spells them); a tunnel whose document this round did not
     /// read or write is absent.
     pub ingress: BTreeMap<String, BTreeSet<String>>,
     /// DNS verdicts by Gateway and hostname, for the Gateways whose class has DNS records on.
