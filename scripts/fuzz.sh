@@ -83,6 +83,12 @@ all() {
     run "$t" "$seconds" || failed+=("$t")
   done
   log "all targets done in $(( $(date +%s) - start ))s"
+  # What each failure was, again last (a CI summary may show only the end of the output).
+  for t in "${failed[@]}"; do
+    log "$t failed with:"
+    grep -E 'panicked at|^==[0-9]+== ?ERROR|^SUMMARY|Test unit written to|^thread ' \
+      "$FUZZ_TARGET_DIR/logs/$t.log" | head -n 8 >&2 || true
+  done
   [ ${#failed[@]} -eq 0 ] || die "failing targets: ${failed[*]} (reproduce: scripts/fuzz.sh repro TARGET fuzz/artifacts/TARGET/crash-...)"
 }
 

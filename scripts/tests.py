@@ -87,6 +87,8 @@ LONGEST = [
 CARGO = os.environ.get("CARGO", "cargo")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_DIR = os.path.join(ROOT, "target", "test-logs")
+# How much of a failed job's log is repeated after the summary of all jobs.
+TAIL_LINES = 40
 
 
 def die(message):
@@ -208,7 +210,7 @@ def all_tests(jobs, also):
     work.sort(key=lambda w: rank.get(w[1], len(LONGEST)))
 
     lock = threading.Lock()
-    failed = []
+    failed = []  # (name, log path)
 
     def one(item):
         name, _, job = item
@@ -221,7 +223,7 @@ def all_tests(jobs, also):
             if code == 0:
                 print(f"== ok     {took:6.0f}s  {name}", flush=True)
             else:
-                failed.append(name)
+                failed.append((name, log_path))
                 print(f"== FAILED {took:6.0f}s  {name} (exit {code}); its output ({log_path}):", flush=True)
                 with open(log_path) as log:
                     sys.stdout.write(log.read())
@@ -231,7 +233,13 @@ def all_tests(jobs, also):
         list(pool.map(one, work))
     took = time.monotonic() - start
     if failed:
-        die(f"failed: {', '.join(failed)} ({took:.0f}s)")
+        # Printed whole above, between other jobs' lines; the ends again here, where a reader
+        # of only the last screen (a CI summary) sees them.
+        for name, log_path in failed:
+            print(f"== the last {TAIL_LINES} lines of {name} ({log_path}):")
+            with open(log_path, errors="replace") as log:
+                sys.stdout.writelines(log.readlines()[-TAIL_LINES:])
+        die(f"failed: {', '.join(name for name, _ in failed)} ({took:.0f}s)")
     print(f"tests: {len(work)} jobs passed in {took:.0f}s ({jobs} at a time)")
 
 
