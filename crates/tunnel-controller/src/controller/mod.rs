@@ -50,6 +50,7 @@ use crate::status::{self, Effects, Write, Writer};
 use crate::tunnels::{SyncError, TunnelResult, TunnelSync};
 use crate::world::Stores;
 
+mod background;
 mod cloudflare;
 mod plane_tls;
 mod quiet;
@@ -709,9 +710,12 @@ impl Controller {
     ) -> (Model, RouteContext) {
         let known = self.verifications.lock().await.clone();
         // Tens to hundreds of milliseconds with thousands of routes: the worker's other tasks
-        // (the watches, the route lane) move to another worker meanwhile instead of waiting.
+        // (the watches, the route lane) move to another worker meanwhile instead of waiting,
+        // and the computing thread yields the cores to them ([`background`]).
         let compute = |known: &BTreeMap<String, Verification>| {
-            tokio::task::block_in_place(|| model::compute_with_context(snap, &self.settings, known))
+            tokio::task::block_in_place(|| {
+                background::run(|| model::compute_with_context(snap, &self.settings, known))
+            })
         };
         let (model, ctx) = compute(&known);
         if model.verify_requests.is_empty() {
