@@ -117,6 +117,9 @@ fuzz_target!(|data: &[u8]| {
                     else {
                         return;
                     };
+                    if moves_onto_an_ancestor(&value) {
+                        return;
+                    }
                     for mut stored in stored_objects() {
                         if json_patch::patch(&mut stored, &patch).is_ok() {
                             assert!(
@@ -160,6 +163,25 @@ fuzz_target!(|data: &[u8]| {
 
 /// Objects as the target may store them: with labels (other than the owner's too), without
 /// labels, without metadata, with labels that are not a map.
+/// Whether the patch moves a value onto one of its own ancestors (`"path"` a proper prefix of
+/// `"from"`, the root included). The reference implementation (json-patch 4.2) panics on such a
+/// patch when a later operation fails: undoing the move would move a value inside itself, which
+/// it treats as unreachable. The target (kube-apiserver) refuses those patches whole, as every
+/// failing patch, so there is nothing to check against.
+fn moves_onto_an_ancestor(patch: &Value) -> bool {
+    patch.as_array().into_iter().flatten().any(|op| {
+        let field = |name: &str| op.get(name).and_then(Value::as_str);
+        match (field("op"), field("from"), field("path")) {
+            (Some("move"), Some(from), Some(path)) => {
+                from.len() > path.len()
+                    && from.starts_with(path)
+                    && from.as_bytes()[path.len()] == b'/'
+            }
+            _ => false,
+        }
+    })
+}
+
 fn stored_objects() -> [Value; 4] {
     [
         json!({"apiVersion": "example.com/v1", "kind": "Widget",
