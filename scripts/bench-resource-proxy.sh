@@ -40,6 +40,10 @@ PROXY_PORT=19100
 METRICS_PORT=19190
 NGINX_PORT=19443
 NGINX_L7_PORT=19543
+# The proxy, nginx (b) and nginx (e) run on one CPU, the same one: the install manifests give
+# the proxy a CPU limit of 1 (so it runs a single-threaded scheduler, service_support::runtime)
+# and each nginx runs one worker process. The clusters and the load generator are not pinned.
+PROXY_CPU="${PROXY_CPU:-1}"
 # shellcheck source=scripts/lib/resource-proxy-bench.sh
 source "$ROOT/scripts/lib/resource-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
@@ -58,7 +62,7 @@ cargo build --release -q -p test-cluster
 start_clusters
 
 proxy_config "$WORK/proxy.yaml" "$PROXY_PORT" "$METRICS_PORT"
-RUST_LOG=warn "$BIN/resource-proxy" --config "$WORK/proxy.yaml" --identity bench-0 >"$WORK/proxy.log" 2>&1 &
+RUST_LOG=warn taskset -c "$PROXY_CPU" "$BIN/resource-proxy" --config "$WORK/proxy.yaml" --identity bench-0 >"$WORK/proxy.log" 2>&1 &
 PROXY_PID=$!
 PIDS+=($PROXY_PID)
 wait_for "the proxy's listener" 60 port_open "$PROXY_PORT"
@@ -79,7 +83,7 @@ stream {
   }
 }
 CONF
-nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
+taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
 NGINX_PID=$!
 PIDS+=($NGINX_PID)
 wait_for "nginx" 20 port_open "$NGINX_PORT"
@@ -117,7 +121,7 @@ http {
   }
 }
 CONF
-nginx -c "$WORK/nginx-l7/nginx.conf" -p "$WORK/nginx-l7" &
+taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx-l7/nginx.conf" -p "$WORK/nginx-l7" &
 NGINX_L7_PID=$!
 PIDS+=($NGINX_L7_PID)
 wait_for "nginx (L7)" 20 port_open "$NGINX_L7_PORT"
@@ -163,7 +167,7 @@ run() { # mode(a|b|c|d|e) kind(get|list) conns
 }
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $IDLE_NOTE" >&2
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $IDLE_NOTE; the proxy and both nginx pinned to CPU $PROXY_CPU" >&2
 echo "GET/LIST: $DURATION s per run, median of $REPEAT interleaved runs, 1 and $CONCURRENCY connections; ratios: r/s to direct (a), added p50 latency of the proxy (c-a) to nginx's (b-a)" >&2
 printf '| request | conns | (a) direct r/s | p50 ms | p99 ms | (b) nginx r/s | p50 ms | p99 ms | (c) proxy r/s | p50 ms | p99 ms | (d) client+proxy r/s | p50 ms | p99 ms | (e) nginx L7 r/s | p50 ms | p99 ms | r/s c/a | r/s c/b | r/s e/a | added p50 c/b | errors | CPU µs/req b / c / e | ctx switches/req b / c / e |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'

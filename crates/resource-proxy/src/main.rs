@@ -82,7 +82,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("resource-proxy: --config FILE is required (or `check-config FILE`)");
         return std::process::ExitCode::from(2);
     };
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let runtime = kube_support::runtime::build().expect("tokio runtime");
     match runtime.block_on(run(path, cli.identity)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -119,17 +119,7 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     logging::init(args.log_format);
-    // One CPU (cgroup quota or affinity): a single-threaded scheduler avoids the
-    // work-stealing machinery that cannot help there.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut runtime = if cpus == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    runtime
-        .enable_all()
-        .build()
+    service_support::runtime::build()
         .context("building the tokio runtime")?
         .block_on(run(args))
 }
