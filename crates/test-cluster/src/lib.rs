@@ -37,7 +37,7 @@ use std::time::Duration;
 pub use binaries::{Binaries, echo_basic, helm, repo_root, test_images};
 pub use cluster::{Cluster, ClusterSpec};
 pub use control_plane::{ControlPlane, ControlPlaneBuilder, LogsOnFailure, shared, unique_name};
-pub use process::{ManagedProcess, free_port, tail_file};
+pub use process::{ManagedProcess, RefusingPort, free_port, tail_file};
 
 /// Installs ring as the process-wide rustls provider (idempotent). Every harness calls it first.
 pub fn install_crypto_provider() {

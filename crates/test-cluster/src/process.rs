@@ -250,6 +250,34 @@ pub fn free_port() -> Result<u16, Error> {
     Err(Error::NoFreePort)
 }
 
+/// A port on 127.0.0.1 that refuses every connection for as long as this value lives: the
+/// socket is bound but never listens, so a SYN gets a reset and no other socket (in this
+/// process or another) can take the port meanwhile. A port learnt from a closed listener
+/// could be taken by a parallel test's server and answer.
+pub struct RefusingPort {
+    socket: tokio::net::TcpSocket,
+}
+
+impl RefusingPort {
+    pub fn bind() -> Result<Self, Error> {
+        let at = Path::new("127.0.0.1:0");
+        let socket = tokio::net::TcpSocket::new_v4().map_err(|e| Error::io(at, e))?;
+        socket
+            .bind(([127, 0, 0, 1], 0).into())
+            .map_err(|e| Error::io(at, e))?;
+        Ok(Self { socket })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.socket.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+}
+
 /// Fails with a clear error when something already listens on `port`.
 pub fn ensure_port_free(port: u16) -> Result<(), Error> {
     std::net::TcpListener::bind(("127.0.0.1", port))

@@ -182,10 +182,8 @@ async fn an_invalid_document_is_rejected_and_the_proxy_keeps_serving_its_config(
 
 #[tokio::test]
 async fn a_sustained_run_of_failed_rounds_sets_the_condition_and_the_first_success_clears_it() {
-    let down: String = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let refusing = test_cluster::RefusingPort::bind().unwrap();
+    let down = refusing.addr();
     let up = proxy_api("t").await;
     let clock = VersionClock::default();
     let pusher = pusher();

@@ -35,7 +35,8 @@ async fn every_series_and_label_the_dashboard_and_alerts_query_is_exported() {
     );
     let port = spawn_backend("monitoring").await;
     // A Service whose endpoint nobody listens on: connecting fails.
-    let dead_port = test_cluster::free_port().unwrap();
+    let refusing = test_cluster::RefusingPort::bind().unwrap();
+    let dead_port = refusing.port();
     apply(&namespace_with_gateway(&ns)).await;
     apply(&service_yaml(&ns, "echo", port)).await;
     apply(&service_yaml(&ns, "dead", dead_port)).await;

@@ -276,11 +276,11 @@ async fn endpoints_are_balanced_round_robin() {
 #[tokio::test]
 async fn timeouts_give_504_and_dead_endpoints_503() {
     let slow = Backend::start("slow").await;
-    // A port with nothing listening: bind, learn the port, close.
-    let dead = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    // A port that refuses connections: bound, never listening, and held for the whole test so
+    // that no parallel test's server can take it (a closed listener's port can be reused).
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = refusing.local_addr().unwrap().to_string();
     let p = Proxy::with_config(doc(
         1,
         vec![
