@@ -86,8 +86,8 @@ pub struct Controller {
     provisioner: Provisioner,
     /// The config API's mutual TLS; `None` when opted out (plain HTTP pushes).
     config_tls: Option<ConfigTls>,
-    /// When the current burst of changes began (ingress writes wait for its end).
-    burst_since: std::sync::Mutex<Option<Instant>>,
+    /// The current burst of changes (ingress writes wait for its end).
+    burst: std::sync::Mutex<quiet::Burst>,
     /// Each tunnel's last sync result, standing while ingress writes wait.
     last_tunnels: std::sync::Mutex<BTreeMap<String, Result<TunnelResult, Arc<SyncError>>>>,
     /// DNS records (opt-in), applied after the tunnels' documents.
@@ -162,7 +162,7 @@ impl Controller {
             provisioner: p.provisioner,
             config_tls: p.config_tls,
             verifications: Mutex::default(),
-            burst_since: std::sync::Mutex::default(),
+            burst: std::sync::Mutex::default(),
             last_tunnels: std::sync::Mutex::default(),
             metrics: p.metrics,
             refusal_reasons: std::sync::Mutex::default(),
@@ -325,12 +325,9 @@ impl Controller {
 
     /// Whether this round publishes what waits for the quiet ([`quiet::decide`]).
     fn publication(&self) -> quiet::Publication {
-        let mut since = self
-            .burst_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut burst = self.burst.lock().unwrap_or_else(PoisonError::into_inner);
         quiet::decide(
-            &mut since,
+            &mut burst,
             self.stores.last_change().elapsed(),
             Instant::now(),
         )
@@ -608,8 +605,10 @@ impl Controller {
                     .get(k)
                     .and_then(|g| g.gateway.status.as_ref())
             };
-            let burst = status::hold_in_burst(writes, notices, current);
-            (writes, notices, held) = (burst.writes, burst.notices, burst.held);
+            let mut burst = self.burst.lock().unwrap_or_else(PoisonError::into_inner);
+            let round = status::hold_in_burst(writes, notices, burst.written, current);
+            burst.written += round.passed;
+            (writes, notices, held) = (round.writes, round.notices, round.held);
             if held > 0 {
                 tracing::debug!(
                     held,

@@ -3,7 +3,8 @@
 //! in a large burst, route statuses and Gateways' route counts ([`crate::status::hold_in_burst`]:
 //! one status write per object instead of one per round of the burst).
 //!
-//! A decision from three instants, without I/O, so its table test needs no clock.
+//! A decision from three instants, without I/O, so its table test needs no clock. The [`Burst`]
+//! it keeps also counts what the burst's rounds wrote, and ends with it.
 
 use std::time::{Duration, Instant};
 
@@ -19,24 +20,30 @@ pub enum Publication {
     Wait { until: Instant },
 }
 
+/// The burst of changes going on, if any.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Burst {
+    /// When it began (`None`: no burst).
+    pub since: Option<Instant>,
+    /// The route statuses and route counts its rounds wrote without waiting for its end (what
+    /// [`crate::status::hold_in_burst`] lets through, in all).
+    pub written: usize,
+}
+
 /// The round at `now`, `quiet_for` after the last change to a watched object (`None`: no
-/// change seen yet). `burst_since` is when the current burst began; a due round ends it.
-pub fn decide(
-    burst_since: &mut Option<Instant>,
-    quiet_for: Option<Duration>,
-    now: Instant,
-) -> Publication {
+/// change seen yet). `burst` is the current burst; a due round ends it.
+pub fn decide(burst: &mut Burst, quiet_for: Option<Duration>, now: Instant) -> Publication {
     let quiet_for = match quiet_for {
         Some(q) if q < INGRESS_QUIET => q,
         _ => {
-            *burst_since = None;
+            *burst = Burst::default();
             return Publication::Due;
         }
     };
-    let first = *burst_since.get_or_insert(now);
+    let first = *burst.since.get_or_insert(now);
     let deadline = first + MAX_INGRESS_DEFER;
     if now >= deadline {
-        *burst_since = None;
+        *burst = Burst::default();
         return Publication::Due;
     }
     Publication::Wait {
@@ -89,17 +96,24 @@ mod tests {
             ),
         ];
         for (began, quiet, expected, after) in cases {
-            let mut since = began.map(ago);
+            let written = if began.is_some() { 7 } else { 0 };
+            let mut burst = Burst {
+                since: began.map(ago),
+                written,
+            };
             assert_eq!(
-                decide(&mut since, quiet, now),
+                decide(&mut burst, quiet, now),
                 expected,
                 "burst began {began:?} ago, quiet for {quiet:?}"
             );
             assert_eq!(
-                since,
+                burst.since,
                 after.map(ago),
                 "the burst's start after {began:?}, {quiet:?}"
             );
+            // What the burst's rounds wrote is counted until it ends.
+            let written = if after.is_some() { written } else { 0 };
+            assert_eq!(burst.written, written, "after {began:?}, {quiet:?}");
         }
     }
 }

@@ -16,23 +16,30 @@ pub struct Held {
     pub notices: Vec<Notice>,
     /// Writes held back for a later round.
     pub held: usize,
+    /// Route statuses and route counts written at once: the burst's rounds count them.
+    pub passed: usize,
 }
 
 /// Mid-burst (the watched objects still changing, ingress documents waiting for the quiet),
-/// more than this many route statuses and Gateway route counts to write is a burst: the same
-/// bound as the route lane's ([`crate::model::lane::MAX_ROUTES`]).
+/// more than this many route statuses and Gateway route counts to write, the burst's earlier
+/// rounds' included, is a burst: the same bound as the route lane's
+/// ([`crate::model::lane::MAX_ROUTES`]).
 pub const BURST_WRITES: usize = crate::model::lane::MAX_ROUTES;
 
-/// Holds back, when there are more than [`BURST_WRITES`] of them, the writes a burst would
-/// make again: route statuses (their `Published` condition turns True once the ingress document
-/// that waits for the quiet lists their hostnames, a second write per route) and Gateway writes
-/// that change only listeners' `attachedRoutes` (which grow with every round of the burst).
-/// Their Events wait with them. Everything else (conditions of Gateways, classes, policies) is
-/// written at once, and a few route statuses too, so a lone change's `Accepted` is never held.
+/// Holds back, when there are more than [`BURST_WRITES`] of them with the `written` the burst's
+/// earlier rounds let through, the writes a burst would make again: route statuses (their
+/// `Published` condition turns True once the ingress document that waits for the quiet lists
+/// their hostnames, a second write per route) and Gateway writes that change only listeners'
+/// `attachedRoutes` (which grow with every round of the burst). Their Events wait with them.
+/// Everything else (conditions of Gateways, classes, policies) is written at once, and a few
+/// route statuses too, so a lone change's `Accepted` is not held. Counting over the burst, not
+/// the round, matters when the burst arrives slowly (a loaded API server): each of its rounds
+/// may see only a few new routes, and all of them would be written twice.
 /// `current` is the Gateway status the API server holds.
 pub fn hold_in_burst<'a>(
     writes: Vec<Write>,
     notices: Vec<Notice>,
+    written: usize,
     current: impl Fn(&ObjKey) -> Option<&'a GatewayStatus>,
 ) -> Held {
     let holdable: Vec<bool> = writes
@@ -46,11 +53,12 @@ pub fn hold_in_burst<'a>(
         })
         .collect();
     let held = holdable.iter().filter(|h| **h).count();
-    if held <= BURST_WRITES {
+    if written + held <= BURST_WRITES {
         return Held {
             writes,
             notices,
             held: 0,
+            passed: held,
         };
     }
     let mut kept = Vec::with_capacity(writes.len() - held);
@@ -79,6 +87,7 @@ pub fn hold_in_burst<'a>(
         writes: kept,
         notices,
         held,
+        passed: 0,
     }
 }
 
@@ -226,10 +235,34 @@ mod tests {
         writes.extend(gateway_writes());
         writes.extend((0..BURST_WRITES - 1).map(|i| route(&format!("r{i}"))));
         let notices = vec![notice("HTTPRoute", "r0")];
-        let held = hold_in_burst(writes.clone(), notices, |k| gateways.get(k));
+        let held = hold_in_burst(writes.clone(), notices, 0, |k| gateways.get(k));
         assert_eq!(held.held, 0);
+        // The routes and the Gateway whose route count alone changed.
+        assert_eq!(held.passed, BURST_WRITES);
         assert_eq!(names(&held.writes), names(&writes));
         assert_eq!(held.notices.len(), 1);
+    }
+
+    /// A burst that arrives a few routes a round: once the rounds' writes add up to more than
+    /// the bound, the rest wait, however few each round has.
+    #[test]
+    fn a_slow_burst_is_counted_over_its_rounds() {
+        let gateways = held_gateways();
+        let round = |first: usize, written: usize| {
+            let writes: Vec<Write> = (first..first + 40)
+                .map(|i| route(&format!("r{i}")))
+                .chain([class()])
+                .collect();
+            hold_in_burst(writes, Vec::new(), written, |k| gateways.get(k))
+        };
+        let first = round(0, 0);
+        assert_eq!((first.held, first.passed, first.writes.len()), (0, 40, 41));
+        let second = round(40, first.passed);
+        assert_eq!((second.held, second.passed), (40, 0));
+        assert_eq!(names(&second.writes), ["class c"]);
+        // Exactly at the bound is still written.
+        let at_bound = round(80, BURST_WRITES - 40);
+        assert_eq!((at_bound.held, at_bound.passed), (0, 40));
     }
 
     #[test]
@@ -244,9 +277,9 @@ mod tests {
             notice("HTTPRoute", "elsewhere"),
             notice("Gateway", "failing"),
         ];
-        let held = hold_in_burst(writes, notices, |k| gateways.get(k));
+        let held = hold_in_burst(writes, notices, 0, |k| gateways.get(k));
         // 64 routes and the Gateway whose route count alone changed.
-        assert_eq!(held.held, BURST_WRITES + 1);
+        assert_eq!((held.held, held.passed), (BURST_WRITES + 1, 0));
         assert_eq!(
             names(&held.writes),
             ["class c", "gateway renamed", "gateway failing"]
@@ -280,7 +313,7 @@ mod tests {
             key: key("new"),
             status: gateway_status(vec![listener("http", 1)], "True"),
         });
-        let held = hold_in_burst(writes, Vec::new(), |_| None);
+        let held = hold_in_burst(writes, Vec::new(), 0, |_| None);
         assert_eq!(names(&held.writes), ["gateway new"]);
     }
 }
