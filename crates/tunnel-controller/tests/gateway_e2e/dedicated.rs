@@ -157,13 +157,28 @@ async fn condition(ns: &str, gw: &str, type_: &str) -> Value {
 }
 
 async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &str) -> String {
+    wait_gateway_saying(ns, gw, type_, status, reason, "").await
+}
+
+/// Waits for the condition with a message containing `needle`: a condition keeps its reason
+/// across causes (a GatewayConfig not yet seen, then a claim refused are both
+/// `InvalidParameters`), so only the message tells the cause the test is after.
+async fn wait_gateway_saying(
+    ns: &str,
+    gw: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    needle: &str,
+) -> String {
     eventually(
-        &format!("Gateway {ns}/{gw} {type_}={status}/{reason}"),
+        &format!("Gateway {ns}/{gw} {type_}={status}/{reason} saying {needle:?}"),
         WAIT,
         || async {
             let c = condition(ns, gw, type_).await;
-            if c["status"] == status && c["reason"] == reason {
-                Ok(c["message"].as_str().unwrap_or_default().to_owned())
+            let message = c["message"].as_str().unwrap_or_default();
+            if c["status"] == status && c["reason"] == reason && message.contains(needle) {
+                Ok(message.to_owned())
             } else {
                 Err(c.to_string())
             }
@@ -285,8 +300,7 @@ async fn a_dedicated_gateway_gets_its_own_plane_and_only_its_routes() {
     add_route(&ns, "web", "gw", &host).await;
 
     // Rendered, owned by the Gateway, and not Programmed before a replica is ready.
-    let msg = wait_gateway(&ns, "gw", "Programmed", "False", "Pending").await;
-    assert!(msg.contains("cf-proxy-gw"), "{msg}");
+    wait_gateway_saying(&ns, "gw", "Programmed", "False", "Pending", "cf-proxy-gw").await;
     let deploy = get_json(&["deployment", "cf-proxy-gw", "-n", &ns]).await;
     let gw = get_json(&["gateway", "gw", "-n", &ns]).await;
     assert_eq!(
@@ -481,8 +495,15 @@ spec:
     ))
     .await;
     dedicated_gateway(&ns, "taken", &t.token, port).await;
-    let msg = wait_gateway(&ns, "taken", "Accepted", "False", "InvalidParameters").await;
-    assert!(msg.contains("not owned"), "{msg}");
+    wait_gateway_saying(
+        &ns,
+        "taken",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+        "not owned",
+    )
+    .await;
     let theirs = get_json(&["deployment", "cf-proxy-taken", "-n", &ns]).await;
     assert_eq!(
         theirs["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -536,12 +557,16 @@ stringData: {{tls.crt: forged, tls.key: forged, ca.crt: forged}}
     ))
     .await;
     dedicated_gateway(&ns, "gw", &t.token, port).await;
-    let msg = wait_gateway(&ns, "gw", TLS, "False", "CertificateMissing").await;
-    assert!(
-        msg.contains(&format!("Secret {ns}/cf-proxy-gw-config-tls"))
-            && msg.contains("not written by the controller"),
-        "{msg}"
-    );
+    let msg = wait_gateway_saying(
+        &ns,
+        "gw",
+        TLS,
+        "False",
+        "CertificateMissing",
+        &format!("Secret {ns}/cf-proxy-gw-config-tls"),
+    )
+    .await;
+    assert!(msg.contains("not written by the controller"), "{msg}");
     wait_event(&ns, "a CertificateMissing Event", "CertificateMissing").await;
     let theirs = get_json(&["secret", "cf-proxy-gw-config-tls", "-n", &ns]).await;
     let forged = base64::engine::general_purpose::STANDARD.encode("forged");
@@ -568,8 +593,15 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     // The class tunnel belongs to the operator.
     let ns = unique_name("claim-class");
     dedicated_gateway(&ns, "gw", &w.tunnel.token, port).await;
-    let msg = wait_gateway(&ns, "gw", "Accepted", "False", "InvalidParameters").await;
-    assert!(msg.contains("GatewayClass tunnel"), "{msg}");
+    wait_gateway_saying(
+        &ns,
+        "gw",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+        "GatewayClass tunnel",
+    )
+    .await;
     wait_event(&ns, "TunnelClaimRejected", "TunnelClaimRejected").await;
     assert!(!exists("deployment", &ns, "cf-proxy-gw").await, "no plane");
     add_route(&ns, "web", "gw", &format!("{ns}.example.com")).await;
@@ -615,8 +647,15 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     })
     .await;
     dedicated_gateway(&old_ns, "gw", &t.token, port).await;
-    let msg = wait_gateway(&old_ns, "gw", "Accepted", "False", "InvalidParameters").await;
-    assert!(msg.contains(&holder_ns), "names the holder: {msg}");
+    wait_gateway_saying(
+        &old_ns,
+        "gw",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+        &holder_ns,
+    )
+    .await;
     assert_eq!(
         condition(&holder_ns, "gw", "Accepted").await["status"],
         "True"
@@ -720,8 +759,15 @@ async fn the_per_namespace_cap_refuses_the_newest_and_frees_the_slot_promptly() 
     wait_gateway(&ns, "first", "Programmed", "False", "Pending").await;
     next_second().await;
     dedicated_gateway(&ns, "second", &tokens[1].token, port).await;
-    let msg = wait_gateway(&ns, "second", "Accepted", "False", "DataPlaneQuotaExceeded").await;
-    assert!(msg.contains("first"), "names the holder: {msg}");
+    wait_gateway_saying(
+        &ns,
+        "second",
+        "Accepted",
+        "False",
+        "DataPlaneQuotaExceeded",
+        "first",
+    )
+    .await;
     wait_gateway(&ns, "second", "Programmed", "False", "NoResources").await;
     assert!(!exists("deployment", &ns, "cf-proxy-second").await);
     add_route(&ns, "web", "second", &format!("{ns}.example.com")).await;
@@ -788,8 +834,7 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
     // ns_a beyond doubt (a shared second would leave it to the UIDs).
     next_second().await;
     dedicated_gateway(&ns_b, "gw", &t.token, port).await;
-    let msg = wait_gateway(&ns_b, "gw", "Accepted", "False", "InvalidParameters").await;
-    assert!(msg.contains(&ns_a), "refused while sharing is off: {msg}");
+    wait_gateway_saying(&ns_b, "gw", "Accepted", "False", "InvalidParameters", &ns_a).await;
 
     set_class(r#"{"spec":{"allowSharedTunnels":true}}"#).await;
     wait_gateway(&ns_b, "gw", "Accepted", "True", "Accepted").await;
@@ -858,8 +903,15 @@ async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_
 
     // The token Secret goes away after a healthy render.
     kubectl(&["delete", "secret", "tunnel-gw", "-n", &ns]).await;
-    let msg = wait_gateway(&ns, "gw", "Accepted", "False", "InvalidParameters").await;
-    assert!(msg.contains("tunnel-gw"), "names the missing Secret: {msg}");
+    wait_gateway_saying(
+        &ns,
+        "gw",
+        "Accepted",
+        "False",
+        "InvalidParameters",
+        "tunnel-gw",
+    )
+    .await;
     wait_route_condition(
         "httproute",
         &ns,
