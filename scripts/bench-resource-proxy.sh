@@ -15,7 +15,9 @@
 # median of each figure (a shared machine drifts; interleaving spreads the drift over all five).
 # A second table measures one-connection latency with the paths interleaved request by request
 # (`rp-load interleave`, DURATION x REPEAT seconds): every path sees the same moment of the
-# machine, so the added medians are compared without the drift between runs.
+# machine, so the added medians are compared without the drift between runs. A third does the
+# same for CPU per request of (b), (c) and (e) alone (the proxy serves (d) too), from the
+# scheduler's nanosecond counts.
 #
 # ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
 # for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
@@ -240,6 +242,48 @@ for kind in get list; do
         v["a", "p50_ms"], v["b", "p50_ms"], v["c", "p50_ms"], v["d", "p50_ms"], v["e", "p50_ms"], add_b, add_c, add_e,
         ratio(add_c, add_b), ratio(add_e, add_b), ratio(add_c, add_e),
         v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"]
+    }'
+done
+
+# CPU per request with the three hops interleaved request by request (one connection each, the
+# order shuffled every round): each process serves the same number of requests at the same
+# moments, so drift on the machine reaches all three alike, which the cells above (the paths one
+# after the other) cannot give. CPU time is the scheduler's in nanoseconds
+# (/proc/<pid>/task/*/schedstat), not /proc's 10 ms ticks.
+cpu_ns() { # a process and its children, all threads
+  local pid n=0
+  for pid in "$1" $(pgrep -P "$1" || true); do
+    n=$((n + $(cat /proc/"$pid"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s}')))
+  done
+  echo "$n"
+}
+echo "CPU per request, (b), (c) and (e) interleaved request by request, $((DURATION * REPEAT)) s per kind" >&2
+printf '\n| request | requests per path | CPU µs/req (b) nginx | (c) proxy | (e) nginx L7 | c/e | errors |\n'
+printf '|---|---|---|---|---|---|---|\n'
+for kind in get list; do
+  args=()
+  for m in b c e; do
+    endpoint "$m" "$kind"
+    args+=(path "$m" "$URL" "${AUTH[@]}")
+  done
+  before="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
+  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${args[@]}" | tr '\n' ' ')"
+  after="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
+  awk -v kind="$kind" -v out="$out" -v before="$before" -v after="$after" '
+    BEGIN {
+      n = split(out, kv, " ")
+      for (i = 1; i <= n; i++) {
+        split(kv[i], p, "=")
+        if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
+      }
+      split(before, x, " "); split(after, y, " ")
+      split("b c e", paths, " ")
+      for (i = 1; i <= 3; i++) {
+        r = v[paths[i], "requests"]
+        us[paths[i]] = r ? (y[i] - x[i]) / 1000 / r : 0
+      }
+      printf "| %s | %s | %.1f | %.1f | %.1f | %s | %d |\n", kind, v["c", "requests"], us["b"], us["c"], us["e"],
+        (us["e"] > 0 ? sprintf("%.2f", us["c"] / us["e"]) : "n/a"), v["b", "errors"] + v["c", "errors"] + v["e", "errors"]
     }'
 done
 rss_kib() { sed -n 's/^VmRSS:\s*\([0-9]*\) kB/\1/p' "/proc/$PROXY_PID/status"; }
