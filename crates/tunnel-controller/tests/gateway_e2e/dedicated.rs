@@ -160,6 +160,11 @@ async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &st
     wait_gateway_saying(ns, gw, type_, status, reason, "").await
 }
 
+/// Waits for `Accepted=False/InvalidParameters` with a message containing `needle`.
+async fn wait_invalid_parameters(ns: &str, gw: &str, needle: &str) {
+    wait_gateway_saying(ns, gw, "Accepted", "False", "InvalidParameters", needle).await;
+}
+
 /// Waits for the condition with a message containing `needle`: a condition keeps its reason
 /// across causes (a GatewayConfig not yet seen, then a claim refused are both
 /// `InvalidParameters`), so only the message tells the cause the test is after.
@@ -495,15 +500,7 @@ spec:
     ))
     .await;
     dedicated_gateway(&ns, "taken", &t.token, port).await;
-    wait_gateway_saying(
-        &ns,
-        "taken",
-        "Accepted",
-        "False",
-        "InvalidParameters",
-        "not owned",
-    )
-    .await;
+    wait_invalid_parameters(&ns, "taken", "not owned").await;
     let theirs = get_json(&["deployment", "cf-proxy-taken", "-n", &ns]).await;
     assert_eq!(
         theirs["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -593,15 +590,7 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     // The class tunnel belongs to the operator.
     let ns = unique_name("claim-class");
     dedicated_gateway(&ns, "gw", &w.tunnel.token, port).await;
-    wait_gateway_saying(
-        &ns,
-        "gw",
-        "Accepted",
-        "False",
-        "InvalidParameters",
-        "GatewayClass tunnel",
-    )
-    .await;
+    wait_invalid_parameters(&ns, "gw", "GatewayClass tunnel").await;
     wait_event(&ns, "TunnelClaimRejected", "TunnelClaimRejected").await;
     assert!(!exists("deployment", &ns, "cf-proxy-gw").await, "no plane");
     add_route(&ns, "web", "gw", &format!("{ns}.example.com")).await;
@@ -647,15 +636,7 @@ async fn tunnel_claims_are_verified_and_arbitrated() {
     })
     .await;
     dedicated_gateway(&old_ns, "gw", &t.token, port).await;
-    wait_gateway_saying(
-        &old_ns,
-        "gw",
-        "Accepted",
-        "False",
-        "InvalidParameters",
-        &holder_ns,
-    )
-    .await;
+    wait_invalid_parameters(&old_ns, "gw", &holder_ns).await;
     assert_eq!(
         condition(&holder_ns, "gw", "Accepted").await["status"],
         "True"
@@ -834,7 +815,7 @@ async fn allow_shared_tunnels_merges_claims_across_namespaces() {
     // ns_a beyond doubt (a shared second would leave it to the UIDs).
     next_second().await;
     dedicated_gateway(&ns_b, "gw", &t.token, port).await;
-    wait_gateway_saying(&ns_b, "gw", "Accepted", "False", "InvalidParameters", &ns_a).await;
+    wait_invalid_parameters(&ns_b, "gw", &ns_a).await;
 
     set_class(r#"{"spec":{"allowSharedTunnels":true}}"#).await;
     wait_gateway(&ns_b, "gw", "Accepted", "True", "Accepted").await;
@@ -903,15 +884,7 @@ async fn a_configuration_that_stops_resolving_keeps_the_plane_serving_and_fails_
 
     // The token Secret goes away after a healthy render.
     kubectl(&["delete", "secret", "tunnel-gw", "-n", &ns]).await;
-    wait_gateway_saying(
-        &ns,
-        "gw",
-        "Accepted",
-        "False",
-        "InvalidParameters",
-        "tunnel-gw",
-    )
-    .await;
+    wait_invalid_parameters(&ns, "gw", "tunnel-gw").await;
     wait_route_condition(
         "httproute",
         &ns,
