@@ -225,17 +225,23 @@ printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 # so the target's own work for it can be told apart from the proxy's: (c-s)/e is the proxy's
 # added median without it, over nginx (e)'s.
 OWNER_SELECTOR="labelSelector=vcluster.com%2Fowner-project%3Dbench%2Cvcluster.com%2Fowner-vcluster%3Dbench"
-for kind in get list; do
-  args=()
-  for m in a b c d e; do
+# Sets ARGS to `rp-load interleave`'s paths for a kind and the paths named after it.
+interleave_args() { # kind, paths...
+  local kind="$1" m
+  shift
+  ARGS=()
+  for m in "$@"; do
     endpoint "$m" "$kind"
-    args+=(path "$m" "$URL" "${AUTH[@]}")
+    ARGS+=(path "$m" "$URL" "${AUTH[@]}")
   done
+}
+for kind in get list; do
+  interleave_args "$kind" a b c d e
   if [ "$kind" = list ]; then
     endpoint a list
-    args+=(path s "$URL?$OWNER_SELECTOR" "${AUTH[@]}")
+    ARGS+=(path s "$URL?$OWNER_SELECTOR" "${AUTH[@]}")
   fi
-  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${args[@]}" | tr '\n' ' ')"
+  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${ARGS[@]}" | tr '\n' ' ')"
   awk -v kind="$kind" -v out="$out" '
     # x over y, or "n/a" when y added nothing to divide by.
     function ratio(x, y) { return y > 0 ? sprintf("%.2f", x / y) : "n/a" }
@@ -272,13 +278,9 @@ echo "CPU per request, (b), (c) and (e) interleaved request by request, $((DURAT
 printf '\n| request | requests per path | CPU µs/req (b) nginx | (c) proxy | (e) nginx L7 | c/e | errors |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for kind in get list; do
-  args=()
-  for m in b c e; do
-    endpoint "$m" "$kind"
-    args+=(path "$m" "$URL" "${AUTH[@]}")
-  done
+  interleave_args "$kind" b c e
   before="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
-  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${args[@]}" | tr '\n' ' ')"
+  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${ARGS[@]}" | tr '\n' ' ')"
   after="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
   awk -v kind="$kind" -v out="$out" -v before="$before" -v after="$after" '
     BEGIN {

@@ -156,8 +156,8 @@ async fn condition(ns: &str, gw: &str, type_: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &str) -> String {
-    wait_gateway_saying(ns, gw, type_, status, reason, "").await
+async fn wait_gateway(ns: &str, gw: &str, type_: &str, status: &str, reason: &str) {
+    wait_gateway_saying(ns, gw, type_, status, reason, "").await;
 }
 
 /// Waits for `Accepted=False/InvalidParameters` with a message containing `needle`.
