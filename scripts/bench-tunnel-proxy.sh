@@ -5,7 +5,13 @@
 # is DURATION seconds (default 5); every cell is run REPEAT times (default 3), the four targets
 # interleaved, and the median of each figure is printed (a shared machine drifts; interleaving
 # spreads the drift over all of them). The last two columns compare the proxy with the better
-# peer of the cell (the higher r/s; the lower p99).
+# peer of the cell (the higher r/s; the lower p99). The "us/req" columns are each server's CPU
+# per request during its runs (scheduler nanoseconds of all its processes and threads over the
+# requests wrk completed): with 1 MiB bodies wrk and the backend on CPU 1 bound the throughput of
+# all three, so their CPU says more than their r/s (docs/benchmarks.md). "won" counts the
+# interleaved rounds in which the proxy was at least the better peer of the same round: on a
+# machine whose speed swings between runs, a median ratio can go against the proxy when most
+# rounds did not.
 # Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
 # machine's default): see scripts/lib/idle.sh.
 #
@@ -40,17 +46,20 @@ wait_port "$BACKEND_PORT"
 PROXY_LOG_FORMAT=text RUST_LOG=warn taskset -c "$PROXY_CPU" "$BIN/tunnel-proxy" \
   --listen "127.0.0.1:$PROXY_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text &
 PIDS+=($!)
+declare -A SERVER_PID=([proxy]=$!)
 wait_port "$ADMIN_PORT"
 push_route "$ADMIN_PORT" "$HOST" "$BACKEND_PORT"
 
 nginx_conf "$WORK/nginx" "$NGINX_PORT" "$HOST" "$BACKEND_PORT"
 taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" &
 PIDS+=($!)
+SERVER_PID[nginx]=$!
 wait_port "$NGINX_PORT"
 
 haproxy_conf "$WORK/haproxy" "$HAPROXY_PORT" "$HOST" "$BACKEND_PORT"
 taskset -c "$PROXY_CPU" haproxy -db -f "$WORK/haproxy/haproxy.cfg" &
 PIDS+=($!)
+SERVER_PID[haproxy]=$!
 wait_port "$HAPROXY_PORT"
 
 # wrk latency to milliseconds
@@ -61,15 +70,29 @@ to_ms() {
     printf "%.3f", n }'
 }
 
-run() { # target port conns path -> "rps p50 p99"
-  local out
+# cpu_ns NAME: CPU nanoseconds so far of the server NAME, its child processes included (nginx's
+# worker); 0 for direct.
+cpu_ns() {
+  local pid="${SERVER_PID[$1]:-}"
+  if [ -z "$pid" ]; then echo 0; return; fi
+  # shellcheck disable=SC2046 # word splitting intended: the pids
+  cat $(for p in "$pid" $(pgrep -P "$pid"); do echo "/proc/$p/task/*/schedstat"; done) 2>/dev/null |
+    awk '{s += $1} END {print s + 0}'
+}
+
+run() { # target port conns path -> "rps p50 p99 us_per_request"
+  local out before
+  before="$(cpu_ns "$1")"
   out="$(taskset -c "$LOAD_CPU" wrk -t1 -c"$3" -d"${DURATION}s" --latency -H "Host: $HOST" "http://127.0.0.1:$2/$4")"
   local rps p50 p99
   rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
   p50="$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
   p99="$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
   if grep -q "Non-2xx" <<<"$out"; then echo "non-2xx answers from $1: $out" >&2; exit 1; fi
-  echo "$rps $p50 $p99"
+  local us
+  us="$(awk -v a="$before" -v b="$(cpu_ns "$1")" -v n="$(awk '/ requests in / {print $1}' <<<"$out")" \
+    'BEGIN {printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0)}')"
+  echo "$rps $p50 $p99 $us"
 }
 
 median() { # numbers -> their median
@@ -81,32 +104,42 @@ for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT $HAPROXY_PORT; do
   taskset -c "$LOAD_CPU" wrk -t1 -c8 -d1s -H "Host: $HOST" "http://127.0.0.1:$port/empty" >/dev/null
 done
 
-printf "%-6s %-5s | %10s %7s %7s | %10s %7s %7s | %10s %7s %7s | %10s %7s %7s | %8s %8s\n" \
-  body conns "proxy r/s" p50ms p99ms "nginx r/s" p50ms p99ms "haproxy r/s" p50ms p99ms \
-  "direct r/s" p50ms p99ms "rps p/b" "p99 p/b"
+printf "%-6s %-5s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10s %7s %7s | %8s %8s | %7s %7s\n" \
+  body conns "proxy r/s" p50ms p99ms us/req "nginx r/s" p50ms p99ms us/req "haproxy r/s" p50ms p99ms \
+  us/req "direct r/s" p50ms p99ms "rps p/b" "p99 p/b" "rps won" "p99 won"
 for path in empty 1m; do
   for conns in 1 64; do
     declare -A s=()
     for ((r = 0; r < REPEAT; r++)); do
       for t in proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT; do
-        read -r rps p50 p99 <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
-        s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 "
+        read -r rps p50 p99 us <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
+        s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 " s[${t%%:*}us]+="$us "
       done
     done
-    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}" >&2
+    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}us ${s[proxyus]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}us ${s[nginxus]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}us ${s[haproxyus]}" >&2
+    # shellcheck disable=SC2086 # word splitting intended: the samples
+    won="$(paste -d' ' <(printf '%s\n' ${s[proxyrps]}) <(printf '%s\n' ${s[nginxrps]}) \
+      <(printf '%s\n' ${s[haproxyrps]}) <(printf '%s\n' ${s[proxyp99]}) \
+      <(printf '%s\n' ${s[nginxp99]}) <(printf '%s\n' ${s[haproxyp99]}) |
+      awk '{ best = ($2 > $3 ? $2 : $3); if ($1 >= best) r++
+             low = ($5 < $6 ? $5 : $6); if ($4 <= low) p++ }
+           END { printf "%d/%d %d/%d", r, NR, p, NR }')"
     for k in "${!s[@]}"; do
       # shellcheck disable=SC2086 # word splitting intended: the samples
       s[$k]="$(median ${s[$k]})"
     done
     row=("$path" "$conns")
-    for t in proxy nginx haproxy direct; do row+=("${s[${t}rps]}" "${s[${t}p50]}" "${s[${t}p99]}"); done
+    for t in proxy nginx haproxy; do row+=("${s[${t}rps]}" "${s[${t}p50]}" "${s[${t}p99]}" "${s[${t}us]}"); done
+    row+=("${s[directrps]}" "${s[directp50]}" "${s[directp99]}")
     best_rps="$(awk -v a="${s[nginxrps]}" -v b="${s[haproxyrps]}" 'BEGIN {print (a > b ? a : b)}')"
     best_p99="$(awk -v a="${s[nginxp99]}" -v b="${s[haproxyp99]}" 'BEGIN {print (a < b ? a : b)}')"
-    printf "%-6s %-5s | %10.0f %7s %7s | %10.0f %7s %7s | %10.0f %7s %7s | %10.0f %7s %7s | %8.2f %8.2f\n" \
+    read -r won_rps won_p99 <<<"$won"
+    printf "%-6s %-5s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s | %8.2f %8.2f | %7s %7s\n" \
       "${row[@]}" \
       "$(awk -v a="${s[proxyrps]}" -v b="$best_rps" 'BEGIN {print a / b}')" \
-      "$(awk -v a="${s[proxyp99]}" -v b="$best_p99" 'BEGIN {print (b > 0 ? a / b : 0)}')"
+      "$(awk -v a="${s[proxyp99]}" -v b="$best_p99" 'BEGIN {print (b > 0 ? a / b : 0)}')" \
+      "$won_rps" "$won_p99"
     unset s
   done
 done
-echo "proxy/nginx/haproxy pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; p/b = proxy / better peer (rps p/b >= 1 and p99 p/b <= 1 meet TG-15); load before the run: $LOAD_BEFORE"
+echo "proxy/nginx/haproxy pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; p/b = proxy / better peer (rps p/b >= 1 and p99 p/b <= 1 meet TG-15); won = rounds the proxy was at least the better peer of the round; load before the run: $LOAD_BEFORE"

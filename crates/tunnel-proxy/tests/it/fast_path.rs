@@ -20,6 +20,9 @@ use crate::common::*;
 /// - `/until-close`: a body delimited by closing the connection;
 /// - `/broken`: announces 100 bytes, sends 5, closes;
 /// - `/once`: a normal answer, then the connection is closed without saying so;
+/// - `/large`: [`LARGE`] bytes of [`large_body`] with a Content-Length, keep-alive, written
+///   in pieces;
+/// - `/large-broken`: announces [`LARGE`] bytes, sends 300,000 of them, closes;
 /// - anything else: `ok` with a Content-Length, keep-alive.
 struct RawBackend {
     addr: SocketAddr,
@@ -49,17 +52,32 @@ impl RawBackend {
                         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                         buf.drain(..end + 4);
                         let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-                        let (answer, close): (&[u8], bool) = match path.as_str() {
+                        let large = |sent: usize| {
+                            let mut answer =
+                                format!("HTTP/1.1 200 OK\r\nContent-Length: {LARGE}\r\n\r\n")
+                                    .into_bytes();
+                            answer.extend_from_slice(&large_body()[..sent]);
+                            answer
+                        };
+                        let (answer, close): (Vec<u8>, bool) = match path.as_str() {
                             "/chunked" => (
-                                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+                                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n".to_vec(),
                                 false,
                             ),
-                            "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close", true),
-                            "/broken" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", true),
-                            "/once" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true),
-                            _ => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false),
+                            "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close".to_vec(), true),
+                            "/broken" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort".to_vec(), true),
+                            "/once" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(), true),
+                            "/large" => (large(LARGE), false),
+                            "/large-broken" => (large(300_000), true),
+                            _ => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(), false),
                         };
-                        if s.write_all(answer).await.is_err() || close {
+                        for piece in answer.chunks(200_000) {
+                            if s.write_all(piece).await.is_err() {
+                                return;
+                            }
+                            tokio::task::yield_now().await;
+                        }
+                        if close {
                             return;
                         }
                     }
@@ -68,6 +86,16 @@ impl RawBackend {
         });
         Self { addr, connections }
     }
+}
+
+/// The length of `/large`'s body: over the size the proxy relays inside the kernel, and not
+/// a multiple of any buffer or pipe size.
+const LARGE: usize = 1024 * 1024 + 123;
+
+/// `/large`'s body: letters whose position in the body shows in them, so a byte lost,
+/// doubled or moved is seen.
+fn large_body() -> Vec<u8> {
+    (0..LARGE).map(|i| b'a' + (i % 23) as u8).collect()
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -239,6 +267,63 @@ async fn a_body_broken_off_closes_the_client_connection_and_is_counted() {
     let (_, metrics) = p.admin_get("/metrics").await;
     let line =
         r#"cftunnel_proxy_backend_errors_total{hostname="broken.example.com",reason="protocol"} 1"#;
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "missing {line}\n{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn large_bodies_reach_the_client_whole_on_a_connection_kept_alive() {
+    let b = RawBackend::start().await;
+    let p = proxy_to(&b.addr.to_string(), "large.example.com").await;
+    let client = http1_client();
+    let get = |path: &str| {
+        let req = Request::get(format!("http://{}{path}", p.data))
+            .header("host", "large.example.com")
+            .body(full(""))
+            .unwrap();
+        client.request(req)
+    };
+    for round in 0..3 {
+        let resp = get("/large").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["content-length"], LARGE.to_string());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            body[..] == large_body()[..],
+            "round {round}: {} bytes, not the backend's body",
+            body.len()
+        );
+        // The backend connection is in step after the body: a small answer follows on it.
+        let resp = get("/").await.unwrap();
+        assert_eq!(body_string(resp).await, "ok", "round {round}");
+    }
+    assert_eq!(
+        b.connections.load(Ordering::SeqCst),
+        1,
+        "every exchange reused the backend connection"
+    );
+}
+
+#[tokio::test]
+async fn a_large_body_broken_off_closes_the_client_connection_and_is_counted() {
+    let b = RawBackend::start().await;
+    let p = proxy_to(&b.addr.to_string(), "large-broken.example.com").await;
+    let resp = raw(
+        p.data,
+        b"GET /large-broken HTTP/1.1\r\nHost: large-broken.example.com\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{}", &resp[..200]);
+    let body = &resp[resp.find("\r\n\r\n").unwrap() + 4..];
+    assert!(
+        body.as_bytes() == &large_body()[..300_000],
+        "the client gets what came ({} bytes), then the connection closes",
+        body.len()
+    );
+    let (_, metrics) = p.admin_get("/metrics").await;
+    let line = r#"cftunnel_proxy_backend_errors_total{hostname="large-broken.example.com",reason="protocol"} 1"#;
     assert!(
         metrics.lines().any(|l| l == line),
         "missing {line}\n{metrics}"
