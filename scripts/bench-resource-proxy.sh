@@ -30,7 +30,7 @@
 # machine's default): see scripts/lib/idle.sh.
 #
 # The load generator is the `rp-load` example of the resource-proxy crate (client certificates).
-# nginx (and its stream module) come from Debian's packages, installed when missing.
+# nginx (and its stream module) and procps come from Debian's packages, installed when missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -52,10 +52,11 @@ source "$ROOT/scripts/lib/resource-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
 source "$ROOT/scripts/lib/idle.sh"
 
-if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ]; then
-  echo "installing nginx and its stream module from Debian packages" >&2
+if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ] ||
+  ! command -v pgrep >/dev/null 2>&1; then
+  echo "installing nginx, its stream module and procps (pgrep) from Debian packages" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream procps >/dev/null
 fi
 
 echo "building resource-proxy, rp-load (release) and test-cluster" >&2

@@ -35,7 +35,7 @@ NGINX_PORT=18070
 HAPROXY_PORT=18060
 HOST=bench.example.com
 
-install_missing wrk=wrk nginx=nginx haproxy=haproxy taskset=util-linux curl=curl
+install_missing wrk=wrk nginx=nginx haproxy=haproxy taskset=util-linux curl=curl pgrep=procps
 build_bench
 LOAD_BEFORE="$(cut -d" " -f1-3 /proc/loadavg)"
 
@@ -76,7 +76,7 @@ cpu_ns() {
   local pid="${SERVER_PID[$1]:-}"
   if [ -z "$pid" ]; then echo 0; return; fi
   # shellcheck disable=SC2046 # word splitting intended: the pids
-  cat $(for p in "$pid" $(pgrep -P "$pid"); do echo "/proc/$p/task/*/schedstat"; done) 2>/dev/null |
+  cat $(for p in "$pid" $(pgrep -P "$pid" || true); do echo "/proc/$p/task/*/schedstat"; done) 2>/dev/null |
     awk '{s += $1} END {print s + 0}'
 }
 
