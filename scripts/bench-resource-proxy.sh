@@ -51,6 +51,8 @@ PROXY_CPU="${PROXY_CPU:-1}"
 source "$ROOT/scripts/lib/resource-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
 source "$ROOT/scripts/lib/idle.sh"
+# shellcheck source=scripts/lib/cpu.sh
+source "$ROOT/scripts/lib/cpu.sh"
 
 if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ] ||
   ! command -v pgrep >/dev/null 2>&1; then
@@ -266,15 +268,7 @@ done
 # CPU per request with the three hops interleaved request by request (one connection each, the
 # order shuffled every round): each process serves the same number of requests at the same
 # moments, so drift on the machine reaches all three alike, which the cells above (the paths one
-# after the other) cannot give. CPU time is the scheduler's in nanoseconds
-# (/proc/<pid>/task/*/schedstat), not /proc's 10 ms ticks.
-cpu_ns() { # a process and its children, all threads
-  local pid n=0
-  for pid in "$1" $(pgrep -P "$1" || true); do
-    n=$((n + $(cat /proc/"$pid"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s}')))
-  done
-  echo "$n"
-}
+# after the other) cannot give. CPU time is the scheduler's in nanoseconds (scripts/lib/cpu.sh).
 echo "CPU per request, (b), (c) and (e) interleaved request by request, $((DURATION * REPEAT)) s per kind" >&2
 printf '\n| request | requests per path | CPU µs/req (b) nginx | (c) proxy | (e) nginx L7 | c/e | errors |\n'
 printf '|---|---|---|---|---|---|---|\n'

@@ -24,6 +24,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/scripts/lib/tunnel-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
 source "$ROOT/scripts/lib/idle.sh"
+# shellcheck source=scripts/lib/cpu.sh
+source "$ROOT/scripts/lib/cpu.sh"
 DURATION="${DURATION:-5}"
 REPEAT="${REPEAT:-3}"
 PROXY_CPU="${PROXY_CPU:-0}"
@@ -70,19 +72,15 @@ to_ms() {
     printf "%.3f", n }'
 }
 
-# cpu_ns NAME: CPU nanoseconds so far of the server NAME, its child processes included (nginx's
-# worker); 0 for direct.
-cpu_ns() {
-  local pid="${SERVER_PID[$1]:-}"
-  if [ -z "$pid" ]; then echo 0; return; fi
-  # shellcheck disable=SC2046 # word splitting intended: the pids
-  cat $(for p in "$pid" $(pgrep -P "$pid" || true); do echo "/proc/$p/task/*/schedstat"; done) 2>/dev/null |
-    awk '{s += $1} END {print s + 0}'
+# server_cpu_ns NAME: CPU nanoseconds so far of the server NAME (scripts/lib/cpu.sh); 0 for
+# direct, whose backend is not measured.
+server_cpu_ns() {
+  if [ -n "${SERVER_PID[$1]:-}" ]; then cpu_ns "${SERVER_PID[$1]}"; else echo 0; fi
 }
 
 run() { # target port conns path -> "rps p50 p99 us_per_request"
   local out before
-  before="$(cpu_ns "$1")"
+  before="$(server_cpu_ns "$1")"
   out="$(taskset -c "$LOAD_CPU" wrk -t1 -c"$3" -d"${DURATION}s" --latency -H "Host: $HOST" "http://127.0.0.1:$2/$4")"
   local rps p50 p99
   rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
@@ -90,7 +88,7 @@ run() { # target port conns path -> "rps p50 p99 us_per_request"
   p99="$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
   if grep -q "Non-2xx" <<<"$out"; then echo "non-2xx answers from $1: $out" >&2; exit 1; fi
   local us
-  us="$(awk -v a="$before" -v b="$(cpu_ns "$1")" -v n="$(awk '/ requests in / {print $1}' <<<"$out")" \
+  us="$(awk -v a="$before" -v b="$(server_cpu_ns "$1")" -v n="$(awk '/ requests in / {print $1}' <<<"$out")" \
     'BEGIN {printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0)}')"
   echo "$rps $p50 $p99 $us"
 }

@@ -88,8 +88,8 @@ impl RawBackend {
     }
 }
 
-/// The length of `/large`'s body: over the size the proxy relays inside the kernel, and not
-/// a multiple of any buffer or pipe size.
+/// The length of `/large`'s body: several of the fast path's 256 KiB reads, and not a
+/// multiple of any buffer size.
 const LARGE: usize = 1024 * 1024 + 123;
 
 /// `/large`'s body: letters whose position in the body shows in them, so a byte lost,
