@@ -188,10 +188,14 @@ where
     }
 }
 
-/// The status writes a controller needs at the least: one per Gateway (server-side apply of an
-/// Accepted condition, as the controller writes Gateways) and one per route (a merge patch of one
-/// accepted parent, as it writes routes), `concurrency` at a time as the controller's writer
-/// (16). With [`create`] before it: the API server's own floor under a convergence.
+/// The status writes any Gateway API implementation must make, at the least: one per Gateway
+/// (server-side apply, as the controller writes Gateways, of the conditions and the listener
+/// status the specification requires: `Accepted` and `Programmed`, the listener's route count,
+/// supported kinds and its four conditions) and one per route (a merge patch of one parent
+/// with the two required conditions, `Accepted` and `ResolvedRefs`, as the controller writes
+/// routes), `concurrency` at a time as the controller's writer (16). Written once each, with
+/// the final route counts: a controller would have to know the whole burst to do as well. With
+/// [`create`] before it: the API server's own floor under a convergence.
 pub async fn write_statuses(
     client: &Client,
     ns: &str,
@@ -199,10 +203,28 @@ pub async fn write_statuses(
     concurrency: usize,
 ) -> anyhow::Result<Created> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let accepted = json!([{
-        "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
-        "lastTransitionTime": now, "observedGeneration": 1,
-    }]);
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({
+            "type": type_, "status": status, "reason": reason, "message": "",
+            "lastTransitionTime": now, "observedGeneration": 1,
+        })
+    };
+    let gateway_conditions = json!([
+        condition("Accepted", "True", "Accepted"),
+        condition("Programmed", "True", "Programmed"),
+    ]);
+    let listener_conditions = json!([
+        condition("Accepted", "True", "Accepted"),
+        condition("Programmed", "True", "Programmed"),
+        condition("ResolvedRefs", "True", "ResolvedRefs"),
+        condition("Conflicted", "False", "NoConflicts"),
+    ]);
+    let route_conditions = json!([
+        condition("Accepted", "True", "Accepted"),
+        condition("ResolvedRefs", "True", "ResolvedRefs"),
+    ]);
+    let mut attached = vec![0usize; shape.gateways];
+    (0..shape.routes).for_each(|r| attached[shape.gateway_of(r)] += 1);
     let gateways: Api<Gateway> = Api::namespaced(client.clone(), ns);
     let routes: Api<HttpRoute> = Api::namespaced(client.clone(), ns);
     let apply = PatchParams::apply("bench-floor").force();
@@ -210,7 +232,18 @@ pub async fn write_statuses(
         .map(|g| {
             let body = json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-                "status": {"conditions": accepted},
+                "status": {
+                    "conditions": gateway_conditions,
+                    "listeners": [{
+                        "name": "http",
+                        "attachedRoutes": attached[g],
+                        "supportedKinds": [
+                            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
+                            {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"},
+                        ],
+                        "conditions": listener_conditions,
+                    }],
+                },
             });
             let (gateways, apply) = (gateways.clone(), apply.clone());
             async move {
@@ -227,7 +260,7 @@ pub async fn write_statuses(
             let body = json!({"status": {"parents": [{
                 "parentRef": {"name": format!("gw-{}", shape.gateway_of(r))},
                 "controllerName": CONTROLLER,
-                "conditions": accepted,
+                "conditions": route_conditions,
             }]}});
             let routes = routes.clone();
             async move {

@@ -2,8 +2,9 @@
 //! against a real kube-apiserver, and how long the `tunnel-gateway-controller` binary takes to
 //! converge: every route Accepted=True, every shared-plane proxy holding every route, the
 //! tunnel's ingress document holding every hostname. Also the controller's memory, its
-//! Cloudflare writes and sync rounds, and a baseline: the same burst into an API server with no
-//! controller running. With `--switches N`, then route propagation: one more route's backend
+//! Cloudflare writes and sync rounds, and a baseline: the same burst and the status writes any
+//! controller must make, into an API server with no controller running (once without watches,
+//! once with the watches a convergence holds). With `--switches N`, then route propagation: one more route's backend
 //! switched N times under traffic (see [`propagate`]). Run by `scripts/bench-tunnel-controller.sh`
 //! and `scripts/bench-propagation.sh`; see docs/benchmarks.md.
 
@@ -112,16 +113,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     eprintln!("baseline: the burst into {BASELINE_NAMESPACE}, no controller running");
     burst::namespace(&client, BASELINE_NAMESPACE).await?;
-    let baseline = burst::create(
-        &client,
-        BASELINE_NAMESPACE,
-        &shape,
-        cli.concurrency,
-        &OnceLock::new(),
-    )
-    .await?;
-    let floor = burst::write_statuses(&client, BASELINE_NAMESPACE, &shape, STATUS_WRITERS).await?;
-    burst::remove(&client, BASELINE_NAMESPACE).await?;
+    let floor = measure_floor(&client, &stage, &shape, cli.concurrency, false).await?;
+    eprintln!("baseline again, with the watches a convergence holds");
+    let watched = measure_floor(&client, &stage, &shape, cli.concurrency, true).await?;
 
     eprintln!("starting the controller");
     let admin = SocketAddr::from(([127, 0, 0, 1], test_cluster::free_port()?));
@@ -137,6 +131,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let tunnel = stage.tunnel.tunnel_id.clone();
     let puts_before = stage.double.put_count(&tunnel);
     let cpu_before = cpu_split(pid, &stage)?;
+    let api_before = observe::api_requests(&client).await?;
 
     burst::namespace(&client, NAMESPACE).await?;
     let conv = Arc::new(Convergence::default());
@@ -192,6 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let converged = observe::memory(pid)?;
     let cpu_burst = cpu_split(pid, &stage)?.minus(&cpu_before);
     let at_convergence = observe::counters(admin).await?;
+    let api_converged = observe::api_requests(&client).await?;
     let puts_burst = stage.double.put_count(&tunnel) - puts_before;
     check_traffic(stage.proxy_data[0], &shape).await?;
 
@@ -210,8 +206,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     print_report(&Report {
         cli: &cli,
-        baseline,
         floor,
+        watched,
         created,
         times,
         idle,
@@ -221,12 +217,61 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         counters: (&before, &at_convergence, &end),
         load: (load_start, load_end),
         cpu: cpu_burst,
+        api: api_converged.since(&api_before),
     });
     if cli.switches > 0 {
         propagation(&cli, &client, &stage, pid).await?;
     }
     controller.kill();
     Ok(())
+}
+
+/// What the API server alone takes for the writes of a convergence.
+struct Floor {
+    /// The burst's creates.
+    creates: burst::Created,
+    /// Then one status write per Gateway and route.
+    statuses: burst::Created,
+    /// CPU time of kube-apiserver and etcd over both.
+    control_plane: Duration,
+    /// The requests served over both.
+    requests: Vec<(String, u64)>,
+}
+
+/// The burst's creates and the status writes any controller must make, into
+/// [`BASELINE_NAMESPACE`] with no controller running, and then removed again; `watched`: while
+/// the watches a convergence holds receive every event ([`observe::convergence_watches`]).
+async fn measure_floor(
+    client: &kube::Client,
+    stage: &setup::Stage,
+    shape: &Shape,
+    concurrency: usize,
+    watched: bool,
+) -> anyhow::Result<Floor> {
+    let watches = match watched {
+        true => Some(observe::convergence_watches(client, BASELINE_NAMESPACE).await?),
+        false => None,
+    };
+    let api_before = observe::api_requests(client).await?;
+    let cpu_before = observe::cpu_of(&stage.cp.pids())?;
+    let creates = burst::create(
+        client,
+        BASELINE_NAMESPACE,
+        shape,
+        concurrency,
+        &OnceLock::new(),
+    )
+    .await?;
+    let statuses = burst::write_statuses(client, BASELINE_NAMESPACE, shape, STATUS_WRITERS).await?;
+    let floor = Floor {
+        creates,
+        statuses,
+        control_plane: observe::cpu_of(&stage.cp.pids())?.saturating_sub(cpu_before),
+        requests: observe::api_requests(client).await?.since(&api_before),
+    };
+    drop(watches);
+    burst::remove(client, BASELINE_NAMESPACE).await?;
+    Ok(floor)
 }
 
 /// The propagation run and its report.
@@ -441,9 +486,9 @@ struct Times {
 
 struct Report<'a> {
     cli: &'a Cli,
-    baseline: burst::Created,
-    /// The baseline's status writes, one per Gateway and route, after its creates.
-    floor: burst::Created,
+    /// The API server alone: no watches, and the watches a convergence holds.
+    floor: Floor,
+    watched: Floor,
     created: burst::Created,
     times: Times,
     idle: Memory,
@@ -457,6 +502,8 @@ struct Report<'a> {
     load: (String, String),
     /// From the first create to convergence.
     cpu: CpuSplit,
+    /// The API server's requests from the burst's start to convergence.
+    api: Vec<(String, u64)>,
 }
 
 /// The hostnames the tunnel's ingress document can hold of `gateways` (one each): all but the
@@ -495,27 +542,41 @@ fn print_report(r: &Report<'_>) {
     println!("| figure | value | TG-15 target |");
     println!("|---|---|---|");
     let row = |f: &str, v: String, t: &str| println!("| {f} | {v} | {t} |");
-    row(
-        &format!(
-            "baseline: API server accepts the {} creates, no controller",
-            r.baseline.objects
+    for (f, watches) in [
+        (&r.floor, "no watch"),
+        (
+            &r.watched,
+            "watches on HTTPRoutes (2: the controller's, the benchmark's) and Gateways",
         ),
-        secs(r.baseline.elapsed),
-        "",
-    );
-    row(
-        &format!(
-            "baseline: then {} status writes (one per Gateway and route, {STATUS_WRITERS} in flight), no controller",
-            r.floor.objects
-        ),
-        secs(r.floor.elapsed),
-        "",
-    );
-    row(
-        "**the API server's floor under a convergence** (the baseline's creates + status writes)",
-        secs(r.baseline.elapsed + r.floor.elapsed),
-        "",
-    );
+    ] {
+        row(
+            &format!(
+                "baseline, {watches}: API server accepts the {} creates, no controller",
+                f.creates.objects
+            ),
+            secs(f.creates.elapsed),
+            "",
+        );
+        row(
+            &format!(
+                "baseline, {watches}: then {} status writes (one per Gateway and route, {STATUS_WRITERS} in flight)",
+                f.statuses.objects
+            ),
+            secs(f.statuses.elapsed),
+            "",
+        );
+        row(
+            &format!(
+                "**the API server's floor under a convergence**, {watches} (creates + status writes); kube-apiserver + etcd CPU"
+            ),
+            format!(
+                "**{}**; {}",
+                secs(f.creates.elapsed + f.statuses.elapsed),
+                secs(f.control_plane)
+            ),
+            "",
+        );
+    }
     row(
         "the same creates, controller running",
         secs(r.created.elapsed),
@@ -619,4 +680,30 @@ fn print_report(r: &Report<'_>) {
         ),
         "",
     );
+    print_api_requests(&r.watched.requests, &r.api);
+}
+
+/// The API server's requests by verb, resource and code: the (watched) baseline's beside the
+/// burst's with the controller running, so the work a controller adds beyond the floor is visible.
+fn print_api_requests(baseline: &[(String, u64)], burst: &[(String, u64)]) {
+    let count = |list: &[(String, u64)], key: &str| {
+        list.iter().find(|(k, _)| k == key).map_or(0, |(_, v)| *v)
+    };
+    let mut keys: Vec<&str> = burst.iter().map(|(k, _)| k.as_str()).collect();
+    keys.extend(
+        baseline
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| count(burst, k) == 0),
+    );
+    println!();
+    println!(
+        "API server requests (`apiserver_request_total`, verb resource code): baseline creates + status writes | first create to convergence, controller running"
+    );
+    println!();
+    println!("| request | baseline | controller run |");
+    println!("|---|---|---|");
+    for k in keys {
+        println!("| {k} | {} | {} |", count(baseline, k), count(burst, k));
+    }
 }

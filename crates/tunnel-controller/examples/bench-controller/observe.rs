@@ -1,7 +1,7 @@
 //! What the benchmark reads: when each part of convergence was first reached (route statuses
 //! through a watch, the shared plane's documents and the tunnel's ingress document by polling
-//! in-process state), the controller's memory from `/proc/<pid>/status`, and its counters from
-//! `/metrics`.
+//! in-process state), the controller's memory from `/proc/<pid>/status`, its counters from
+//! `/metrics`, and the requests the API server served (its own `/metrics`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use cloudflare_double::CloudflareDouble;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
+use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
@@ -86,6 +87,83 @@ fn is_accepted(r: &HttpRoute) -> bool {
                 .iter()
                 .any(|c| c.type_ == "Accepted" && c.status == "True")
     })
+}
+
+/// Watches that receive every event and keep nothing, in place of the watches a convergence
+/// holds on the API server: the controller's on HTTPRoutes and Gateways (it keeps a store of
+/// each) and this benchmark's own on HTTPRoutes ([`watch_routes`]). Returned once each has
+/// listed; they stop when dropped.
+pub struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|w| w.abort());
+    }
+}
+
+pub async fn convergence_watches(client: &Client, ns: &str) -> anyhow::Result<Watches> {
+    let routes = || Api::<HttpRoute>::namespaced(client.clone(), ns);
+    let gateways = Api::<Gateway>::namespaced(client.clone(), ns);
+    let (mut handles, mut listed) = (Vec::new(), Vec::new());
+    let mut spawn = |name, stream| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        listed.push(rx);
+        handles.push(tokio::spawn(drain(name, stream, tx)));
+    };
+    let config = watcher::Config::default;
+    spawn(
+        "route",
+        watcher::watcher(routes(), config())
+            .map_ok(drop_objects)
+            .boxed(),
+    );
+    spawn(
+        "route",
+        watcher::watcher(routes(), config())
+            .map_ok(drop_objects)
+            .boxed(),
+    );
+    spawn(
+        "Gateway",
+        watcher::watcher(gateways, config())
+            .map_ok(drop_objects)
+            .boxed(),
+    );
+    let watches = Watches(handles);
+    for rx in listed {
+        rx.await.context("a baseline watch ended before listing")?;
+    }
+    Ok(watches)
+}
+
+/// An event without its objects (they are decoded, then dropped).
+fn drop_objects<K>(ev: Event<K>) -> Event<()> {
+    match ev {
+        Event::Apply(_) => Event::Apply(()),
+        Event::Delete(_) => Event::Delete(()),
+        Event::Init => Event::Init,
+        Event::InitApply(_) => Event::InitApply(()),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+async fn drain(
+    name: &'static str,
+    mut stream: futures::stream::BoxStream<'static, watcher::Result<Event<()>>>,
+    listed: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut listed = Some(listed);
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::InitDone) => {
+                if let Some(tx) = listed.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("baseline {name} watch: {e} (the watcher retries)"),
+        }
+    }
 }
 
 /// The in-process state convergence is read from, and what it must reach.
@@ -262,6 +340,72 @@ pub async fn counters(admin: SocketAddr) -> anyhow::Result<Counters> {
     Ok(c)
 }
 
+/// Requests the API server has served so far (`apiserver_request_total`), by verb, resource
+/// (with its subresource) and status code, e.g. `PATCH httproutes/status 409`.
+#[derive(Debug, Clone, Default)]
+pub struct ApiRequests(pub BTreeMap<String, u64>);
+
+impl ApiRequests {
+    /// Parses the API server's metrics text.
+    pub fn parse(text: &str) -> ApiRequests {
+        let mut out = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix("=\""))
+                    .map_or("", |v| v.trim_end_matches('"'))
+            };
+            let (resource, sub) = (label("resource"), label("subresource"));
+            let key = format!(
+                "{} {}{}{} {}",
+                label("verb"),
+                resource,
+                if sub.is_empty() { "" } else { "/" },
+                sub,
+                label("code")
+            );
+            *out.entry(key).or_default() += value as u64;
+        }
+        ApiRequests(out)
+    }
+
+    /// What was served since `earlier`, largest first, without the zeros.
+    pub fn since(&self, earlier: &ApiRequests) -> Vec<(String, u64)> {
+        let mut d: Vec<(String, u64)> = self
+            .0
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.saturating_sub(earlier.0.get(k).copied().unwrap_or_default()),
+                )
+            })
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        d.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        d
+    }
+}
+
+pub async fn api_requests(client: &Client) -> anyhow::Result<ApiRequests> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client
+        .request_text(req)
+        .await
+        .context("reading the API server's /metrics")?;
+    Ok(ApiRequests::parse(&text))
+}
+
 /// Waits until the controller answers `/readyz` with 200.
 pub async fn wait_ready(admin: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
@@ -276,5 +420,33 @@ pub async fn wait_ready(admin: SocketAddr, timeout: Duration) -> anyhow::Result<
             "the controller was not ready after {timeout:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_requests_sum_over_other_labels_and_subtract() {
+        let before = ApiRequests::parse(
+            "# HELP apiserver_request_total x\n\
+             apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"gateway.networking.k8s.io\",resource=\"httproutes\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 5\n\
+             apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"events\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 1\n",
+        );
+        let after = ApiRequests::parse(
+            "apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"gateway.networking.k8s.io\",resource=\"httproutes\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 12\n\
+             apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"gateway.networking.k8s.io\",resource=\"httproutes\",scope=\"resource\",subresource=\"status\",verb=\"PATCH\",version=\"v1\"} 3\n\
+             apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"gateway.networking.k8s.io\",resource=\"httproutes\",scope=\"resource\",subresource=\"status\",verb=\"PATCH\",version=\"v1beta1\"} 4\n\
+             apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"events\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 1\n\
+             apiserver_request_duration_seconds_count{verb=\"POST\"} 99\n",
+        );
+        assert_eq!(
+            after.since(&before),
+            vec![
+                ("PATCH httproutes/status 200".to_owned(), 7),
+                ("POST httproutes 201".to_owned(), 7),
+            ]
+        );
     }
 }
