@@ -130,6 +130,13 @@ struct Cli {
     log_format: LogFormat,
 }
 
+// A round with thousands of routes allocates its model and documents anew and frees the last
+// round's; mimalloc gives freed pages back to the system, where glibc's per-thread arenas kept
+// them (docs/benchmarks.md).
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();

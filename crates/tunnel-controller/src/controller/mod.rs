@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -616,12 +616,10 @@ impl Controller {
                 );
             }
         }
-        let pending: Vec<_> = writes
+        // Borrowed, not cloned: a burst's round holds thousands of route statuses.
+        let pending: Vec<futures::future::BoxFuture<'_, _>> = writes
             .iter()
-            .map(|w| {
-                let (writer, w) = (self.writer.clone(), w.clone());
-                async move { (write_kind(&w), writer.write(&w).await) }
-            })
+            .map(|w| async move { (write_kind(w), self.writer.write(w).await) }.boxed())
             .collect();
         let results: Vec<(&'static str, Result<(), kube::Error>)> = futures::stream::iter(pending)
             .buffer_unordered(WRITE_CONCURRENCY)
