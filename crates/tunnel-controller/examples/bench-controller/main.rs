@@ -4,9 +4,10 @@
 //! tunnel's ingress document holding every hostname. Also the controller's memory, its
 //! Cloudflare writes and sync rounds, and a baseline: the same burst and the status writes any
 //! controller must make, into an API server with no controller running (once without watches,
-//! once with the watches a convergence holds). With `--switches N`, then route propagation: one more route's backend
-//! switched N times under traffic (see [`propagate`]). Run by `scripts/bench-tunnel-controller.sh`
-//! and `scripts/bench-propagation.sh`; see docs/benchmarks.md.
+//! once with the watches a convergence holds). With `--switches N`, then route propagation: one
+//! more route's backend switched N times under traffic (see [`propagate`]). Run by
+//! `scripts/bench-tunnel-controller.sh` and `scripts/bench-propagation.sh`; see
+//! docs/benchmarks.md.
 
 mod burst;
 mod observe;
@@ -248,9 +249,10 @@ async fn measure_floor(
     concurrency: usize,
     watched: bool,
 ) -> anyhow::Result<Floor> {
-    let watches = match watched {
-        true => Some(observe::convergence_watches(client, BASELINE_NAMESPACE).await?),
-        false => None,
+    let watches = if watched {
+        Some(observe::convergence_watches(client, BASELINE_NAMESPACE).await?)
+    } else {
+        None
     };
     let api_before = observe::api_requests(client).await?;
     let cpu_before = observe::cpu_of(&stage.cp.pids())?;

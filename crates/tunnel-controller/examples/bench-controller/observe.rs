@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use cloudflare_double::CloudflareDouble;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use gateway_api::apis::standard::gateways::Gateway;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use kube::runtime::watcher::{self, Event};
@@ -102,68 +102,50 @@ impl Drop for Watches {
 }
 
 pub async fn convergence_watches(client: &Client, ns: &str) -> anyhow::Result<Watches> {
-    let routes = || Api::<HttpRoute>::namespaced(client.clone(), ns);
-    let gateways = Api::<Gateway>::namespaced(client.clone(), ns);
-    let (mut handles, mut listed) = (Vec::new(), Vec::new());
-    let mut spawn = |name, stream| {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        listed.push(rx);
-        handles.push(tokio::spawn(drain(name, stream, tx)));
-    };
-    let config = watcher::Config::default;
-    spawn(
-        "route",
-        watcher::watcher(routes(), config())
-            .map_ok(drop_objects)
-            .boxed(),
-    );
-    spawn(
-        "route",
-        watcher::watcher(routes(), config())
-            .map_ok(drop_objects)
-            .boxed(),
-    );
-    spawn(
-        "Gateway",
-        watcher::watcher(gateways, config())
-            .map_ok(drop_objects)
-            .boxed(),
-    );
-    let watches = Watches(handles);
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), ns);
+    let mut listed = Vec::new();
+    let watches = Watches(vec![
+        drain("route", routes.clone(), &mut listed),
+        drain("route", routes, &mut listed),
+        drain(
+            "Gateway",
+            Api::<Gateway>::namespaced(client.clone(), ns),
+            &mut listed,
+        ),
+    ]);
     for rx in listed {
         rx.await.context("a baseline watch ended before listing")?;
     }
     Ok(watches)
 }
 
-/// An event without its objects (they are decoded, then dropped).
-fn drop_objects<K>(ev: Event<K>) -> Event<()> {
-    match ev {
-        Event::Apply(_) => Event::Apply(()),
-        Event::Delete(_) => Event::Delete(()),
-        Event::Init => Event::Init,
-        Event::InitApply(_) => Event::InitApply(()),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
-async fn drain(
+/// Spawns a watch of `api` that decodes every event and drops it; its initial list's end is
+/// sent on the receiver pushed to `listed`.
+fn drain<K>(
     name: &'static str,
-    mut stream: futures::stream::BoxStream<'static, watcher::Result<Event<()>>>,
-    listed: tokio::sync::oneshot::Sender<()>,
-) {
-    let mut listed = Some(listed);
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(Event::InitDone) => {
-                if let Some(tx) = listed.take() {
-                    let _ = tx.send(());
+    api: Api<K>,
+    listed: &mut Vec<tokio::sync::oneshot::Receiver<()>>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    listed.push(rx);
+    let mut tx = Some(tx);
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    tokio::spawn(async move {
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
                 }
+                Ok(_) => {}
+                Err(e) => eprintln!("baseline {name} watch: {e} (the watcher retries)"),
             }
-            Ok(_) => {}
-            Err(e) => eprintln!("baseline {name} watch: {e} (the watcher retries)"),
         }
-    }
+    })
 }
 
 /// The in-process state convergence is read from, and what it must reach.
@@ -329,15 +311,20 @@ pub async fn counters(admin: SocketAddr) -> anyhow::Result<Counters> {
         if series.starts_with("cftunnel_sync_duration_seconds_count") {
             c.rounds += value as u64;
         } else if let Some(labels) = series.strip_prefix("cftunnel_reconcile_total{") {
-            let kind = labels
-                .split(',')
-                .find_map(|l| l.strip_prefix("kind=\""))
-                .map(|k| k.trim_end_matches('}').trim_end_matches('"').to_owned())
-                .unwrap_or_default();
+            let kind = label(labels.trim_end_matches('}'), "kind").to_owned();
             *c.reconciles.entry(kind).or_default() += value as u64;
         }
     }
     Ok(c)
+}
+
+/// The value of label `name` in a sample's label list (`a="x",b="y"`, without the braces);
+/// empty when absent.
+fn label<'a>(labels: &'a str, name: &str) -> &'a str {
+    labels
+        .split(',')
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix("=\""))
+        .map_or("", |v| v.trim_end_matches('"'))
 }
 
 /// Requests the API server has served so far (`apiserver_request_total`), by verb, resource
@@ -359,12 +346,7 @@ impl ApiRequests {
             let Ok(value) = value.trim().parse::<f64>() else {
                 continue;
             };
-            let label = |name: &str| {
-                labels
-                    .split(',')
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix("=\""))
-                    .map_or("", |v| v.trim_end_matches('"'))
-            };
+            let label = |name| label(labels, name);
             let (resource, sub) = (label("resource"), label("subresource"));
             let key = format!(
                 "{} {}{}{} {}",
