@@ -103,7 +103,8 @@ bench-tunnel-controller: control-plane
 bench-propagation: control-plane
 	bash scripts/bench-propagation.sh
 
-## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy, and 10,000 idle watches.
+## bench-resource-proxy: direct vs nginx pass-through vs proxy vs client+proxy vs nginx terminating TLS
+## (with and without the owner selector), and 10,000 idle watches.
 bench-resource-proxy: control-plane
 	bash scripts/bench-resource-proxy.sh
 

@@ -18,7 +18,9 @@
 # machine, so the added medians are compared without the drift between runs. A third does the
 # same for CPU per request of (b), (c) and (e) alone (the proxy serves (d) too), from the
 # scheduler's nanosecond counts. For LIST the latency table has (s): direct with the owner
-# selector the proxy adds, so the target's own time for it shows apart from the proxy's.
+# selector the proxy adds, so the target's own time for it shows apart from the proxy's, and
+# (f): nginx (e) adding that selector too, the peer doing a LIST's whole duty (TLS on both legs
+# and the owner scope; the target filters by it for both).
 #
 # ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
 # for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
@@ -43,6 +45,9 @@ PROXY_PORT=19100
 METRICS_PORT=19190
 NGINX_PORT=19443
 NGINX_L7_PORT=19543
+NGINX_SCOPED_PORT=19544
+# The owner selector the proxy adds to a LIST of this client's (tenancy::selector::scope_query).
+OWNER_SELECTOR="labelSelector=vcluster.com%2Fowner-project%3Dbench%2Cvcluster.com%2Fowner-vcluster%3Dbench"
 # The proxy, nginx (b) and nginx (e) run on one CPU, the same one: the install manifests give
 # the proxy a CPU limit of 1 (so it runs a single-threaded scheduler, service_support::runtime)
 # and each nginx runs one worker process. The clusters and the load generator are not pinned.
@@ -95,6 +100,8 @@ PIDS+=($NGINX_PID)
 wait_for "nginx" 20 port_open "$NGINX_PORT"
 
 # (e): nginx terminating TLS on both legs, as the proxy does (no labels, no masking).
+# (f), the same worker: (e) on another port, adding the owner selector to every request as the
+# proxy does to a LIST (used for LISTs only; the request's own query follows it).
 mkdir -p "$WORK/nginx-l7"
 cat >"$WORK/nginx-l7/nginx.conf" <<CONF
 daemon off;
@@ -125,12 +132,32 @@ http {
       proxy_ssl_session_reuse on;
     }
   }
+  server {
+    listen 127.0.0.1:$NGINX_SCOPED_PORT ssl;
+    ssl_certificate $CPKI/apiserver.crt;
+    ssl_certificate_key $CPKI/apiserver.key;
+    ssl_client_certificate $CPKI/front-proxy-ca.crt;
+    ssl_verify_client on;
+    location / {
+      proxy_pass https://target\$uri?$OWNER_SELECTOR&\$args;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_ssl_certificate $TPKI/admin.crt;
+      proxy_ssl_certificate_key $TPKI/admin.key;
+      proxy_ssl_trusted_certificate $TPKI/ca.crt;
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_session_reuse on;
+    }
+  }
 }
 CONF
 taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx-l7/nginx.conf" -p "$WORK/nginx-l7" &
 NGINX_L7_PID=$!
 PIDS+=($NGINX_L7_PID)
 wait_for "nginx (L7)" 20 port_open "$NGINX_L7_PORT"
+wait_for "nginx (L7, scoped)" 20 port_open "$NGINX_SCOPED_PORT"
 
 # "<CPU ticks> <context switches>" of a process and its children, all threads.
 usage() {
@@ -147,7 +174,7 @@ HZ="$(getconf CLK_TCK)"
 
 TARGET_AUTH=(--cert "$TPKI/admin.crt" --key "$TPKI/admin.key")
 CLIENT_AUTH=(--cert "$CPKI/admin.crt" --key "$CPKI/admin.key")
-# Sets URL and AUTH (the load generator's flags) for a path (a|b|c|d|e) and a kind (get|list).
+# Sets URL and AUTH (the load generator's flags) for a path (a|b|c|d|e|f) and a kind (get|list).
 endpoint() {
   case "$1" in
     a) URL="https://127.0.0.1:$TPORT$(widgets_path "$2")"; AUTH=("${TARGET_AUTH[@]}") ;;
@@ -155,6 +182,7 @@ endpoint() {
     c) URL="https://127.0.0.1:$PROXY_PORT$(widgets_path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
     d) URL="https://127.0.0.1:$CPORT$(widgets_path "$2")"; AUTH=("${CLIENT_AUTH[@]}") ;;
     e) URL="https://127.0.0.1:$NGINX_L7_PORT$(widgets_path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
+    f) URL="https://127.0.0.1:$NGINX_SCOPED_PORT$(widgets_path "$2")"; AUTH=("${FRONT_AUTH[@]}") ;;
   esac
 }
 run() { # mode(a|b|c|d|e) kind(get|list) conns
@@ -222,12 +250,11 @@ echo "load average after the cells: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 # One connection per path, one request in flight in all, the paths taken in a shuffled order
 # every round: added medians over direct, measured at the same moments.
 echo "one-connection latency, paths interleaved request by request, $((DURATION * REPEAT)) s per kind" >&2
-printf '\n| request | requests per path | (a) direct p50 ms | (b) nginx | (c) proxy | (d) client+proxy | (e) nginx L7 | (s) direct with the owner selector | added p50 (b) nginx | (c) proxy | (e) nginx L7 | c/b | e/b | c/e | (c-s)/e | errors |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
-# (s), LIST only: direct with the owner selector the proxy adds (tenancy::selector::scope_query),
-# so the target's own work for it can be told apart from the proxy's: (c-s)/e is the proxy's
-# added median without it, over nginx (e)'s.
-OWNER_SELECTOR="labelSelector=vcluster.com%2Fowner-project%3Dbench%2Cvcluster.com%2Fowner-vcluster%3Dbench"
+printf '\n| request | requests per path | (a) direct p50 ms | (b) nginx | (c) proxy | (d) client+proxy | (e) nginx L7 | (s) direct with the owner selector | (f) nginx L7 with it | added p50 (b) nginx | (c) proxy | (e) nginx L7 | (f) nginx L7 with the selector | c/b | e/b | c/e | (c-s)/e | c/f | errors |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+# LIST only: (s), direct with the owner selector the proxy adds, so the target's own work for it
+# can be told apart from the proxy's ((c-s)/e is the proxy's added median without it, over nginx
+# (e)'s); (f), nginx (e) adding the selector, a peer paying the target's filtering too (c/f).
 # Sets ARGS to `rp-load interleave`'s paths for a kind and the paths named after it.
 interleave_args() { # kind, paths...
   local kind="$1" m
@@ -243,6 +270,8 @@ for kind in get list; do
   if [ "$kind" = list ]; then
     endpoint a list
     ARGS+=(path s "$URL?$OWNER_SELECTOR" "${AUTH[@]}")
+    endpoint f list
+    ARGS+=(path f "$URL" "${AUTH[@]}")
   fi
   out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${ARGS[@]}" | tr '\n' ' ')"
   awk -v kind="$kind" -v out="$out" '
@@ -257,11 +286,15 @@ for kind in get list; do
       add_b = v["b", "p50_ms"] - v["a", "p50_ms"]; add_c = v["c", "p50_ms"] - v["a", "p50_ms"]
       add_e = v["e", "p50_ms"] - v["a", "p50_ms"]
       sel = (("s", "p50_ms") in v) ? v["s", "p50_ms"] : ""
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.3f | %s | %s | %s | %s | %d |\n", kind, v["a", "requests"],
+      scoped = (("f", "p50_ms") in v) ? v["f", "p50_ms"] : ""
+      add_f = scoped == "" ? "n/a" : sprintf("%.3f", scoped - v["a", "p50_ms"])
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %d |\n", kind, v["a", "requests"],
         v["a", "p50_ms"], v["b", "p50_ms"], v["c", "p50_ms"], v["d", "p50_ms"], v["e", "p50_ms"], (sel == "" ? "n/a" : sel),
-        add_b, add_c, add_e, ratio(add_c, add_b), ratio(add_e, add_b), ratio(add_c, add_e),
+        (scoped == "" ? "n/a" : scoped), add_b, add_c, add_e, add_f,
+        ratio(add_c, add_b), ratio(add_e, add_b), ratio(add_c, add_e),
         (sel == "" ? "n/a" : ratio(v["c", "p50_ms"] - sel, add_e)),
-        v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"] + v["s", "errors"]
+        (scoped == "" ? "n/a" : ratio(add_c, add_f + 0)),
+        v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"] + v["s", "errors"] + v["f", "errors"]
     }'
 done
 
