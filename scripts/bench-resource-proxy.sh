@@ -102,6 +102,31 @@ wait_for "nginx" 20 port_open "$NGINX_PORT"
 # (e): nginx terminating TLS on both legs, as the proxy does (no labels, no masking).
 # (f), the same worker: (e) on another port, adding the owner selector to every request as the
 # proxy does to a LIST (used for LISTs only; the request's own query follows it).
+# l7_server PORT PROXY_PASS: a server of the two, the caller's front-proxy certificate checked,
+# keep-alive TLS to the target with its admin certificate.
+l7_server() {
+  cat <<SERVER
+  server {
+    listen 127.0.0.1:$1 ssl;
+    ssl_certificate $CPKI/apiserver.crt;
+    ssl_certificate_key $CPKI/apiserver.key;
+    ssl_client_certificate $CPKI/front-proxy-ca.crt;
+    ssl_verify_client on;
+    location / {
+      proxy_pass $2;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_ssl_certificate $TPKI/admin.crt;
+      proxy_ssl_certificate_key $TPKI/admin.key;
+      proxy_ssl_trusted_certificate $TPKI/ca.crt;
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_session_reuse on;
+    }
+  }
+SERVER
+}
 mkdir -p "$WORK/nginx-l7"
 cat >"$WORK/nginx-l7/nginx.conf" <<CONF
 daemon off;
@@ -113,44 +138,8 @@ http {
   access_log off;
   keepalive_requests 1000000;
   upstream target { server 127.0.0.1:$TPORT; keepalive 64; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$NGINX_L7_PORT ssl;
-    ssl_certificate $CPKI/apiserver.crt;
-    ssl_certificate_key $CPKI/apiserver.key;
-    ssl_client_certificate $CPKI/front-proxy-ca.crt;
-    ssl_verify_client on;
-    location / {
-      proxy_pass https://target;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_ssl_certificate $TPKI/admin.crt;
-      proxy_ssl_certificate_key $TPKI/admin.key;
-      proxy_ssl_trusted_certificate $TPKI/ca.crt;
-      proxy_ssl_verify on;
-      proxy_ssl_name localhost;
-      proxy_ssl_server_name on;
-      proxy_ssl_session_reuse on;
-    }
-  }
-  server {
-    listen 127.0.0.1:$NGINX_SCOPED_PORT ssl;
-    ssl_certificate $CPKI/apiserver.crt;
-    ssl_certificate_key $CPKI/apiserver.key;
-    ssl_client_certificate $CPKI/front-proxy-ca.crt;
-    ssl_verify_client on;
-    location / {
-      proxy_pass https://target\$uri?$OWNER_SELECTOR&\$args;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_ssl_certificate $TPKI/admin.crt;
-      proxy_ssl_certificate_key $TPKI/admin.key;
-      proxy_ssl_trusted_certificate $TPKI/ca.crt;
-      proxy_ssl_verify on;
-      proxy_ssl_name localhost;
-      proxy_ssl_server_name on;
-      proxy_ssl_session_reuse on;
-    }
-  }
+$(l7_server "$NGINX_L7_PORT" "https://target")
+$(l7_server "$NGINX_SCOPED_PORT" "https://target\$uri?$OWNER_SELECTOR&\$args")
 }
 CONF
 taskset -c "$PROXY_CPU" nginx -c "$WORK/nginx-l7/nginx.conf" -p "$WORK/nginx-l7" &
