@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -617,9 +617,9 @@ impl Controller {
             }
         }
         // Borrowed, not cloned: a burst's round holds thousands of route statuses.
-        let pending: Vec<futures::future::BoxFuture<'_, _>> = writes
+        let pending: Vec<_> = writes
             .iter()
-            .map(|w| async move { (write_kind(w), self.writer.write(w).await) }.boxed())
+            .map(|w| async move { (write_kind(w), self.writer.write(w).await) })
             .collect();
         let results: Vec<(&'static str, Result<(), kube::Error>)> = futures::stream::iter(pending)
             .buffer_unordered(WRITE_CONCURRENCY)
