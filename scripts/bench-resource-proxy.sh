@@ -276,13 +276,13 @@ for kind in get list; do
       add_e = v["e", "p50_ms"] - v["a", "p50_ms"]
       sel = (("s", "p50_ms") in v) ? v["s", "p50_ms"] : ""
       scoped = (("f", "p50_ms") in v) ? v["f", "p50_ms"] : ""
-      add_f = scoped == "" ? "n/a" : sprintf("%.3f", scoped - v["a", "p50_ms"])
+      add_f = scoped == "" ? 0 : scoped - v["a", "p50_ms"]
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %d |\n", kind, v["a", "requests"],
         v["a", "p50_ms"], v["b", "p50_ms"], v["c", "p50_ms"], v["d", "p50_ms"], v["e", "p50_ms"], (sel == "" ? "n/a" : sel),
-        (scoped == "" ? "n/a" : scoped), add_b, add_c, add_e, add_f,
+        (scoped == "" ? "n/a" : scoped), add_b, add_c, add_e, (scoped == "" ? "n/a" : sprintf("%.3f", add_f)),
         ratio(add_c, add_b), ratio(add_e, add_b), ratio(add_c, add_e),
         (sel == "" ? "n/a" : ratio(v["c", "p50_ms"] - sel, add_e)),
-        (scoped == "" ? "n/a" : ratio(add_c, add_f + 0)),
+        (scoped == "" ? "n/a" : ratio(add_c, add_f)),
         v["a", "errors"] + v["b", "errors"] + v["c", "errors"] + v["d", "errors"] + v["e", "errors"] + v["s", "errors"] + v["f", "errors"]
     }'
 done

@@ -346,15 +346,15 @@ impl ApiRequests {
             let Ok(value) = value.trim().parse::<f64>() else {
                 continue;
             };
-            let label = |name| label(labels, name);
-            let (resource, sub) = (label("resource"), label("subresource"));
+            let of = |name| label(labels, name);
+            let (resource, sub) = (of("resource"), of("subresource"));
             let key = format!(
                 "{} {}{}{} {}",
-                label("verb"),
+                of("verb"),
                 resource,
                 if sub.is_empty() { "" } else { "/" },
                 sub,
-                label("code")
+                of("code")
             );
             *out.entry(key).or_default() += value as u64;
         }
