@@ -118,7 +118,7 @@ CONFORMANCE_PACKAGES := -p tunnel-controller -p tunnel-proxy -p cloudflare-doubl
 CONFORMANCE_REPORT ?= docs/conformance/report.yaml
 CONFORMANCE_RUN = ./target/debug/conformance --suite "$$(bash scripts/build-conformance.sh)" \
 	--report $(CONFORMANCE_REPORT) --expected docs/conformance/expected-passes.txt \
-	--skip conformance/skip-tests.txt
+	--skip conformance/skip-tests.txt --races conformance/suite-races.txt
 conformance: control-plane
 	$(CARGO) build --quiet $(CONFORMANCE_PACKAGES) --bins
 	mkdir -p $(dir $(CONFORMANCE_REPORT))

@@ -12,7 +12,9 @@
 //! `CloudflareDouble::route_unclaimed_hosts_to`).
 //!
 //! The suite's per-test outcomes are compared with the expected-results file ([`results`]): an
-//! expected pass that does not pass fails the run; `--update-expected` rewrites the file.
+//! expected pass that does not pass fails the run; `--update-expected` rewrites the file. A test
+//! that failed with the signature of one of the suite's own known races (`--races`) is run again
+//! alone, once, and counts as passed only if it passes then; both runs' logs are kept.
 
 mod results;
 
@@ -57,6 +59,10 @@ struct Cli {
     /// The tests to skip, one per line, each with its reason as a `#` comment.
     #[arg(long)]
     skip: PathBuf,
+    /// The suite's known races: per line a test, the signature its failure shows in the suite's
+    /// output, and the reason as a `#` comment.
+    #[arg(long)]
+    races: PathBuf,
     /// The suite's output and the run's kubeconfig and hosts file go here.
     #[arg(long, default_value = ".state/conformance")]
     state_dir: PathBuf,
@@ -110,6 +116,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let report = absolute(&cli.report)?;
     let state_dir = absolute(&cli.state_dir)?;
     let skip = read_list(&cli.skip)?;
+    let races = std::fs::read_to_string(&cli.races)
+        .with_context(|| format!("{}", cli.races.display()))
+        .and_then(|t| {
+            results::parse_races(&t).map_err(|e| anyhow::anyhow!("{}: {e}", cli.races.display()))
+        })?;
     let expected = match std::fs::read_to_string(&cli.expected) {
         Ok(text) => results::parse_expected(&text),
         Err(e)
@@ -213,42 +224,42 @@ spec:
     )?;
 
     let output = state_dir.join("suite.log");
-    let mut args = vec![
-        "-test.v".to_owned(),
-        "-test.timeout=120m".to_owned(),
-        "-test.run=^TestConformance$".to_owned(),
-        format!("-gateway-class={SUITE_CLASS}"),
-        format!("-report-output={}", report.display()),
-        format!("-version={}", cli.version),
-        // GatewayStaticAddresses: a Gateway's one usable address is its tunnel's hostname; any
-        // other hostname (here one of no tunnel) is not usable.
-        format!("-usable-address={tunnel}.cfargotunnel.com"),
-        "-unusable-address=not-a-tunnel.cfargotunnel.com".to_owned(),
-    ];
-    if !skip.is_empty() {
-        args.push(format!("-skip-tests={}", skip.join(",")));
-    }
-    if let Some(test) = &cli.run_test {
-        // With a single test the suite infers nothing: the class's features are passed.
-        args.push(run_filter(test));
-        args.push(format!(
-            "-supported-features={}",
-            features.split_whitespace().collect::<Vec<_>>().join(",")
-        ));
-    }
-    tracing::info!(log = %output.display(), "running the suite");
-    let status = run_suite(
-        &install.world.ns_path(),
-        &hosts,
-        &kubeconfig,
-        &suite,
-        &args,
-        &output,
-        &state_dir,
-    )
-    .await?;
-    let log = std::fs::read_to_string(&output)?;
-    let outcomes = results::parse(&log);
+    let netns = install.world.ns_path();
+    let run = |report: &Path, only: Option<&str>, output: PathBuf| {
+        let mut args = vec![
+            "-test.v".to_owned(),
+            "-test.timeout=120m".to_owned(),
+            "-test.run=^TestConformance$".to_owned(),
+            format!("-gateway-class={SUITE_CLASS}"),
+            format!("-report-output={}", report.display()),
+            format!("-version={}", cli.version),
+            // GatewayStaticAddresses: a Gateway's one usable address is its tunnel's hostname;
+            // any other hostname (here one of no tunnel) is not usable.
+            format!("-usable-address={tunnel}.cfargotunnel.com"),
+            "-unusable-address=not-a-tunnel.cfargotunnel.com".to_owned(),
+        ];
+        if !skip.is_empty() {
+            args.push(format!("-skip-tests={}", skip.join(",")));
+        }
+        if let Some(test) = only {
+            // With a single test the suite infers nothing: the class's features are passed.
+            args.push(run_filter(test));
+            args.push(format!(
+                "-supported-features={}",
+                features.split_whitespace().collect::<Vec<_>>().join(",")
+            ));
+        }
+        let (netns, hosts, kubeconfig, suite, state_dir) =
+            (&netns, &hosts, &kubeconfig, &suite, &state_dir);
+        async move {
+            tracing::info!(log = %output.display(), "running the suite");
+            let status =
+                run_suite(netns, hosts, kubeconfig, suite, &args, &output, state_dir).await?;
+            anyhow::Ok((status, std::fs::read_to_string(&output)?))
+        }
+    };
+    let (status, log) = run(&report, cli.run_test.as_deref(), output.clone()).await?;
+    let mut outcomes = results::parse(&log);
     let verdict = results::compare(&expected, &outcomes);
     println!(
         "conformance: suite exited with {status}; {} passed, {} failed, {} skipped (log {})",
@@ -263,6 +274,27 @@ spec:
     if cli.run_test.is_some() {
         return Ok(status.success());
     }
+    // The report stays the first run's: a rerun writes its own beside the logs.
+    for race in results::raced(&verdict, &races, &log) {
+        let name = &race.test;
+        let rerun_log = state_dir.join(format!("suite-rerun-{name}.log"));
+        let rerun_report = state_dir.join(format!("report-rerun-{name}.yaml"));
+        println!(
+            "conformance: {name} failed with a known race of the suite ({:?}, see {}); running it again alone",
+            race.signature,
+            cli.races.display()
+        );
+        // The first run's cleanup deletes the suite's namespaces; its setup would fail in a
+        // namespace still terminating.
+        namespaces_gone(cluster).await?;
+        let (_, rerun) = run(&rerun_report, Some(name), rerun_log.clone()).await?;
+        let again = results::parse(&rerun).get(name).copied();
+        println!("  RERUN {name}: {again:?} (log {})", rerun_log.display());
+        if again == Some(results::Outcome::Pass) {
+            outcomes.insert(name.clone(), results::Outcome::Pass);
+        }
+    }
+    let verdict = results::compare(&expected, &outcomes);
     if cli.update_expected {
         std::fs::write(&cli.expected, results::render_expected(&verdict.passed))?;
         println!("conformance: wrote {}", cli.expected.display());
@@ -282,6 +314,31 @@ spec:
             println!("  REGRESSION {name}: {outcome:?}");
         }
         Ok(false)
+    }
+}
+
+/// Waits (up to 5 min) until no namespace is terminating.
+async fn namespaces_gone(cluster: &test_cluster::Cluster) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let terminating = cluster
+            .kubectl_ok(&[
+                "get",
+                "namespaces",
+                "-o",
+                r#"jsonpath={.items[?(@.status.phase=="Terminating")].metadata.name}"#,
+            ])
+            .await?;
+        if terminating.trim().is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "namespaces still terminating after 5 min: {}",
+                terminating.trim()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

@@ -1,5 +1,6 @@
 //! The suite's per-test outcomes, read from its `go test -v` output, and their comparison with the
-//! expected-results file (the tests that must pass), so that a regression fails the run. Pure.
+//! expected-results file (the tests that must pass), so that a regression fails the run; and the
+//! suite's own known races, which decide whether a failed test is run again alone. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -96,6 +97,70 @@ pub fn compare(expected: &BTreeSet<String>, outcomes: &BTreeMap<String, Outcome>
     }
 }
 
+/// A race in the suite itself (not in the implementation): `test` may fail while the
+/// implementation did its part, and when it does its output has a line containing `signature`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteRace {
+    pub test: String,
+    pub signature: String,
+}
+
+/// The known-races file: per line a test's name, then the signature (the rest of the line up to
+/// `#`, trimmed); `#` starts the reason. A line without a signature is an error, so that a race
+/// cannot excuse every failure of its test.
+pub fn parse_races(text: &str) -> Result<Vec<SuiteRace>, String> {
+    let mut races = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (test, signature) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let signature = signature.trim();
+        if signature.is_empty() {
+            return Err(format!("line {}: {test} has no signature", n + 1));
+        }
+        races.push(SuiteRace {
+            test: test.to_owned(),
+            signature: signature.to_owned(),
+        });
+    }
+    Ok(races)
+}
+
+/// What the suite printed for `test` and its cases: from its `=== RUN` line up to the next
+/// top-level test's (the suite runs its tests one after another; only their cases run in
+/// parallel).
+fn section<'a>(output: &'a str, test: &str) -> impl Iterator<Item = &'a str> {
+    let is_run_of_a_test = |line: &str| {
+        line.trim_start()
+            .strip_prefix("=== RUN   TestConformance/")
+            .is_some_and(|name| !name.contains('/'))
+    };
+    let start = format!("=== RUN   TestConformance/{test}");
+    output
+        .lines()
+        .skip_while(move |l| l.trim_end() != start)
+        .enumerate()
+        .take_while(move |(i, l)| *i == 0 || !is_run_of_a_test(l))
+        .map(|(_, l)| l)
+}
+
+/// The regressions a known race may explain: expected passes that failed with the race's
+/// signature in their own output. Each may be run again alone, once.
+pub fn raced<'a>(verdict: &Verdict, races: &'a [SuiteRace], output: &str) -> Vec<&'a SuiteRace> {
+    races
+        .iter()
+        .filter(|race| {
+            verdict
+                .regressions
+                .iter()
+                .any(|(name, o)| *name == race.test && *o == Some(Outcome::Fail))
+                && section(output, &race.test).any(|l| l.contains(&race.signature))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +249,60 @@ mod tests {
         assert_eq!(
             parse_expected("A  # why\n\n  # only a comment\nB\n"),
             passed
+        );
+    }
+
+    const RACED: &str = "\
+=== RUN   TestConformance/HTTPRouteRequestMirror
+=== RUN   TestConformance/HTTPRouteRequestMirror/0_request_to_'/mirror'
+=== NAME  TestConformance/HTTPRouteRequestMirror/0_request_to_'/mirror'
+    mirror.go:47: Messages: Couldn't find mirrored request in \"ns/infra-backend-v2\" logs
+    --- FAIL: TestConformance/HTTPRouteRequestMirror (31.00s)
+=== RUN   TestConformance/HTTPRouteRequestMultipleMirrors
+    http.go:285: timeout while waiting after 30 attempts
+    --- FAIL: TestConformance/HTTPRouteRequestMultipleMirrors (30.00s)
+=== RUN   TestConformance/HTTPRouteRedirectPort
+    mirror.go:47: Messages: Couldn't find mirrored request in \"ns/infra-backend-v3\" logs
+    --- FAIL: TestConformance/HTTPRouteRedirectPort (30.00s)
+=== RUN   TestConformance/HTTPRouteSimpleSameNamespace
+    --- PASS: TestConformance/HTTPRouteSimpleSameNamespace (0.52s)
+";
+
+    #[test]
+    fn only_a_failure_showing_its_races_signature_in_its_own_output_is_raced() {
+        let races = parse_races(
+            "# why\n\
+             HTTPRouteRequestMirror  Couldn't find mirrored request  # gateway-api#4940\n\
+             HTTPRouteRequestMultipleMirrors Couldn't find mirrored request\n\
+             HTTPRouteSimpleSameNamespace Couldn't find\n",
+        )
+        .unwrap();
+        assert_eq!(races.len(), 3);
+        assert_eq!(races[0].signature, "Couldn't find mirrored request");
+        let expected = [
+            "HTTPRouteRequestMirror",
+            "HTTPRouteRequestMultipleMirrors",
+            "HTTPRouteRedirectPort",
+            "HTTPRouteSimpleSameNamespace",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let verdict = compare(&expected, &parse(RACED));
+        let raced: Vec<&str> = raced(&verdict, &races, RACED)
+            .iter()
+            .map(|r| r.test.as_str())
+            .collect();
+        // MultipleMirrors failed otherwise (its primary request timed out); RedirectPort shows
+        // the signature but names no race; SimpleSameNamespace passed.
+        assert_eq!(raced, ["HTTPRouteRequestMirror"]);
+    }
+
+    #[test]
+    fn a_race_without_a_signature_is_refused() {
+        assert_eq!(
+            parse_races("A sig\nHTTPRouteRequestMirror   # reason only\n"),
+            Err("line 2: HTTPRouteRequestMirror has no signature".to_owned())
         );
     }
 }
