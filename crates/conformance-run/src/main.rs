@@ -116,11 +116,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let report = absolute(&cli.report)?;
     let state_dir = absolute(&cli.state_dir)?;
     let skip = read_list(&cli.skip)?;
-    let races = std::fs::read_to_string(&cli.races)
-        .with_context(|| format!("{}", cli.races.display()))
-        .and_then(|t| {
-            results::parse_races(&t).map_err(|e| anyhow::anyhow!("{}: {e}", cli.races.display()))
-        })?;
+    let races_text =
+        std::fs::read_to_string(&cli.races).with_context(|| format!("{}", cli.races.display()))?;
+    let races = results::parse_races(&races_text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cli.races.display()))?;
     let expected = match std::fs::read_to_string(&cli.expected) {
         Ok(text) => results::parse_expected(&text),
         Err(e)

@@ -41,13 +41,18 @@ pub fn parse(output: &str) -> BTreeMap<String, Outcome> {
     out
 }
 
-/// The expected-results file: one test name per line; `#` starts a comment.
-pub fn parse_expected(text: &str) -> BTreeSet<String> {
+/// The lines of a list file that say something, with their numbers: `#` starts a comment.
+fn entries(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(n, l)| (n + 1, l))
+}
+
+/// The expected-results file: one test name per line; `#` starts a comment.
+pub fn parse_expected(text: &str) -> BTreeSet<String> {
+    entries(text).map(|(_, l)| l.to_owned()).collect()
 }
 
 /// The file listing `passed` (sorted), with a header saying what it is.
@@ -109,23 +114,19 @@ pub struct SuiteRace {
 /// `#`, trimmed); `#` starts the reason. A line without a signature is an error, so that a race
 /// cannot excuse every failure of its test.
 pub fn parse_races(text: &str) -> Result<Vec<SuiteRace>, String> {
-    let mut races = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (test, signature) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-        let signature = signature.trim();
-        if signature.is_empty() {
-            return Err(format!("line {}: {test} has no signature", n + 1));
-        }
-        races.push(SuiteRace {
-            test: test.to_owned(),
-            signature: signature.to_owned(),
-        });
-    }
-    Ok(races)
+    entries(text)
+        .map(|(n, line)| {
+            let (test, signature) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+            let signature = signature.trim();
+            if signature.is_empty() {
+                return Err(format!("line {n}: {test} has no signature"));
+            }
+            Ok(SuiteRace {
+                test: test.to_owned(),
+                signature: signature.to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// What the suite printed for `test` and its cases: from its `=== RUN` line up to the next
