@@ -40,6 +40,12 @@ DURATION="${DURATION:-5}"
 CONCURRENCY="${CONCURRENCY:-16}"
 WATCHES="${WATCHES:-10000}"
 HOLD="${HOLD:-10}"
+# The watch figures (RSS, connections, active_watches) are read 2 s into the hold; a shorter hold
+# would read them after the watches closed.
+if ! [[ "$HOLD" =~ ^[0-9]+$ ]] || [ "$HOLD" -lt 5 ]; then
+  echo "HOLD=$HOLD: must be a whole number of seconds, at least 5 (the watch figures are read 2 s into the hold)" >&2
+  exit 2
+fi
 REPEAT="${REPEAT:-3}"
 PROXY_PORT=19100
 METRICS_PORT=19190

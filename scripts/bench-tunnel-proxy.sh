@@ -11,12 +11,15 @@
 # all three, so their CPU says more than their r/s (docs/benchmarks.md). "won" counts the
 # interleaved rounds in which the proxy was at least the better peer of the same round: on a
 # machine whose speed swings between runs, a median ratio can go against the proxy when most
-# rounds did not.
+# rounds did not. The line "each against the better of the other two" counts the same for every
+# server: when the three are level, each wins about a third of the rounds, and no peer meets the
+# target either. CELLS picks the cells (default all four: "empty:1 empty:64 1m:1 1m:64").
 # Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
 # machine's default): see scripts/lib/idle.sh.
 #
 #   scripts/bench-tunnel-proxy.sh            # full table
 #   DURATION=3 REPEAT=1 scripts/bench-tunnel-proxy.sh
+#   CELLS=empty:1 REPEAT=21 scripts/bench-tunnel-proxy.sh   # one cell, many rounds
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,6 +31,13 @@ source "$ROOT/scripts/lib/idle.sh"
 source "$ROOT/scripts/lib/cpu.sh"
 DURATION="${DURATION:-5}"
 REPEAT="${REPEAT:-3}"
+CELLS="${CELLS:-empty:1 empty:64 1m:1 1m:64}"
+for cell in $CELLS; do
+  case "$cell" in
+    empty:[0-9]* | 1m:[0-9]*) ;;
+    *) echo "CELLS: '$cell' is not BODY:CONNS with BODY empty or 1m" >&2; exit 2 ;;
+  esac
+done
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 BACKEND_PORT=18090
@@ -105,39 +115,57 @@ done
 printf "%-6s %-5s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10s %7s %7s | %8s %8s | %7s %7s\n" \
   body conns "proxy r/s" p50ms p99ms us/req "nginx r/s" p50ms p99ms us/req "haproxy r/s" p50ms p99ms \
   us/req "direct r/s" p50ms p99ms "rps p/b" "p99 p/b" "rps won" "p99 won"
-for path in empty 1m; do
-  for conns in 1 64; do
-    declare -A s=()
-    for ((r = 0; r < REPEAT; r++)); do
-      for t in proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT; do
-        read -r rps p50 p99 us <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
-        s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 " s[${t%%:*}us]+="$us "
-      done
+for cell in $CELLS; do
+  path="${cell%%:*}" conns="${cell##*:}"
+  declare -A s=()
+  for ((r = 0; r < REPEAT; r++)); do
+    for t in proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT; do
+      read -r rps p50 p99 us <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
+      s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 " s[${t%%:*}us]+="$us "
     done
-    echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}us ${s[proxyus]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}us ${s[nginxus]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}us ${s[haproxyus]}" >&2
-    # shellcheck disable=SC2086 # word splitting intended: the samples
-    won="$(paste -d' ' <(printf '%s\n' ${s[proxyrps]}) <(printf '%s\n' ${s[nginxrps]}) \
-      <(printf '%s\n' ${s[haproxyrps]}) <(printf '%s\n' ${s[proxyp99]}) \
-      <(printf '%s\n' ${s[nginxp99]}) <(printf '%s\n' ${s[haproxyp99]}) |
-      awk '{ best = ($2 > $3 ? $2 : $3); if ($1 >= best) r++
-             low = ($5 < $6 ? $5 : $6); if ($4 <= low) p++ }
-           END { printf "%d/%d %d/%d", r, NR, p, NR }')"
-    for k in "${!s[@]}"; do
-      # shellcheck disable=SC2086 # word splitting intended: the samples
-      s[$k]="$(median ${s[$k]})"
-    done
-    row=("$path" "$conns")
-    for t in proxy nginx haproxy; do row+=("${s[${t}rps]}" "${s[${t}p50]}" "${s[${t}p99]}" "${s[${t}us]}"); done
-    row+=("${s[directrps]}" "${s[directp50]}" "${s[directp99]}")
-    best_rps="$(awk -v a="${s[nginxrps]}" -v b="${s[haproxyrps]}" 'BEGIN {print (a > b ? a : b)}')"
-    best_p99="$(awk -v a="${s[nginxp99]}" -v b="${s[haproxyp99]}" 'BEGIN {print (a < b ? a : b)}')"
-    read -r won_rps won_p99 <<<"$won"
-    printf "%-6s %-5s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s | %8.2f %8.2f | %7s %7s\n" \
-      "${row[@]}" \
-      "$(awk -v a="${s[proxyrps]}" -v b="$best_rps" 'BEGIN {print a / b}')" \
-      "$(awk -v a="${s[proxyp99]}" -v b="$best_p99" 'BEGIN {print (b > 0 ? a / b : 0)}')" \
-      "$won_rps" "$won_p99"
-    unset s
   done
+  echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}us ${s[proxyus]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}us ${s[nginxus]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}us ${s[haproxyus]}" >&2
+  # Each round's figures, one line per round: proxy, nginx, HAProxy r/s, then their p99s.
+  # shellcheck disable=SC2086 # word splitting intended: the samples
+  rounds="$(paste -d' ' <(printf '%s\n' ${s[proxyrps]}) <(printf '%s\n' ${s[nginxrps]}) \
+    <(printf '%s\n' ${s[haproxyrps]}) <(printf '%s\n' ${s[proxyp99]}) \
+    <(printf '%s\n' ${s[nginxp99]}) <(printf '%s\n' ${s[haproxyp99]}))"
+  # The proxy's "won" is its part of the count of every server against the better of the other
+  # two in the same round.
+  won="$(awk -v cell="$path c=$conns" '
+    function max(a, b) { return a > b ? a : b }
+    function min(a, b) { return a < b ? a : b }
+    { if ($1 >= max($2, $3)) r[1]++; if ($2 >= max($1, $3)) r[2]++; if ($3 >= max($1, $2)) r[3]++
+      if ($4 <= min($5, $6)) p[1]++; if ($5 <= min($4, $6)) p[2]++; if ($6 <= min($4, $5)) p[3]++
+      if ($1 >= $2) rn++; if ($1 >= $3) rh++; if ($4 <= $5) pn++; if ($4 <= $6) ph++ }
+    END {
+      printf "each against the better of the other two, rounds won (r/s, p99), %s: proxy %d/%d %d/%d, nginx %d/%d %d/%d, haproxy %d/%d %d/%d\n",
+        cell, r[1], NR, p[1], NR, r[2], NR, p[2], NR, r[3], NR, p[3], NR > "/dev/stderr"
+      printf "the proxy against each peer, rounds at least level (r/s, p99), %s: nginx %d/%d %d/%d, haproxy %d/%d %d/%d\n",
+        cell, rn, NR, pn, NR, rh, NR, ph, NR > "/dev/stderr"
+      printf "%d/%d %d/%d", r[1], NR, p[1], NR
+    }' <<<"$rounds")"
+  # The same comparison as the table's p/b columns, made within each round (the three share the
+  # round's machine speed) and then taken at the median over the rounds.
+  # shellcheck disable=SC2046 # word splitting intended: the ratios
+  echo "proxy / better peer of the same round, median over the rounds (r/s, p99), $path c=$conns:" \
+    "$(printf '%.3f' "$(median $(awk '{ print $1 / ($2 > $3 ? $2 : $3) }' <<<"$rounds"))")" \
+    "$(printf '%.3f' "$(median $(awk '{ low = ($5 < $6 ? $5 : $6); print (low > 0 ? $4 / low : 0) }' <<<"$rounds"))")" >&2
+  for k in "${!s[@]}"; do
+    # shellcheck disable=SC2086 # word splitting intended: the samples
+    s[$k]="$(median ${s[$k]})"
+  done
+  row=("$path" "$conns")
+  for t in proxy nginx haproxy; do row+=("${s[${t}rps]}" "${s[${t}p50]}" "${s[${t}p99]}" "${s[${t}us]}"); done
+  row+=("${s[directrps]}" "${s[directp50]}" "${s[directp99]}")
+  best_rps="$(awk -v a="${s[nginxrps]}" -v b="${s[haproxyrps]}" 'BEGIN {print (a > b ? a : b)}')"
+  best_p99="$(awk -v a="${s[nginxp99]}" -v b="${s[haproxyp99]}" 'BEGIN {print (a < b ? a : b)}')"
+  read -r won_rps won_p99 <<<"$won"
+  printf "%-6s %-5s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s %7s | %10.0f %7s %7s | %8.2f %8.2f | %7s %7s\n" \
+    "${row[@]}" \
+    "$(awk -v a="${s[proxyrps]}" -v b="$best_rps" 'BEGIN {print a / b}')" \
+    "$(awk -v a="${s[proxyp99]}" -v b="$best_p99" 'BEGIN {print (b > 0 ? a / b : 0)}')" \
+    "$won_rps" "$won_p99"
+  unset s
 done
 echo "proxy/nginx/haproxy pinned to CPU $PROXY_CPU; wrk and backend to CPU $LOAD_CPU; $IDLE_NOTE; ${DURATION}s per run, median of $REPEAT interleaved runs; p/b = proxy / better peer (rps p/b >= 1 and p99 p/b <= 1 meet TG-15); won = rounds the proxy was at least the better peer of the round; load before the run: $LOAD_BEFORE"
