@@ -17,7 +17,9 @@
 # (`rp-load interleave`, DURATION x REPEAT seconds): every path sees the same moment of the
 # machine, so the added medians are compared without the drift between runs. A third does the
 # same for CPU per request of (b), (c) and (e) alone (the proxy serves (d) too), from the
-# scheduler's nanosecond counts. For LIST the latency table has (s): direct with the owner
+# scheduler's nanosecond counts, in CPU_ROUNDS rounds (default REPEAT) of DURATION seconds per
+# kind, GET and LIST alternating: it prints the whole run's figures and in how many rounds the
+# proxy used no more CPU per request than nginx (e). For LIST the latency table has (s): direct with the owner
 # selector the proxy adds, so the target's own time for it shows apart from the proxy's, and
 # (f): nginx (e) adding that selector too, the peer doing a LIST's whole duty (TLS on both legs
 # and the owner scope; the target filters by it for both).
@@ -47,6 +49,7 @@ if ! [[ "$HOLD" =~ ^[0-9]+$ ]] || [ "$HOLD" -lt 5 ]; then
   exit 2
 fi
 REPEAT="${REPEAT:-3}"
+CPU_ROUNDS="${CPU_ROUNDS:-$REPEAT}"
 PROXY_PORT=19100
 METRICS_PORT=19190
 NGINX_PORT=19443
@@ -297,29 +300,46 @@ done
 # order shuffled every round): each process serves the same number of requests at the same
 # moments, so drift on the machine reaches all three alike, which the cells above (the paths one
 # after the other) cannot give. CPU time is the scheduler's in nanoseconds (scripts/lib/cpu.sh).
-echo "CPU per request, (b), (c) and (e) interleaved request by request, $((DURATION * REPEAT)) s per kind" >&2
-printf '\n| request | requests per path | CPU µs/req (b) nginx | (c) proxy | (e) nginx L7 | c/e | errors |\n'
-printf '|---|---|---|---|---|---|---|\n'
+echo "CPU per request, (b), (c) and (e) interleaved request by request, $CPU_ROUNDS rounds of $DURATION s per kind" >&2
+printf '\n| request | requests per path | CPU µs/req (b) nginx | (c) proxy | (e) nginx L7 | c/e | rounds with c <= e | c/e of each round | errors |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
+declare -A CPU=()
+for ((r = 0; r < CPU_ROUNDS; r++)); do
+  for kind in get list; do
+    interleave_args "$kind" b c e
+    before="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
+    out="$("$BIN/examples/rp-load" interleave --duration "$DURATION" "${ARGS[@]}" | tr '\n' ' ')"
+    after="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
+    # This round's nanoseconds and requests of (b), (c), (e), then its errors.
+    CPU[$kind]+="$(awk -v out="$out" -v before="$before" -v after="$after" '
+      BEGIN {
+        n = split(out, kv, " ")
+        for (i = 1; i <= n; i++) {
+          split(kv[i], p, "=")
+          if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
+        }
+        split(before, x, " "); split(after, y, " ")
+        printf "%d %d %d %d %d %d %d;", y[1] - x[1], v["b", "requests"], y[2] - x[2], v["c", "requests"],
+          y[3] - x[3], v["e", "requests"], v["b", "errors"] + v["c", "errors"] + v["e", "errors"]
+      }')"
+  done
+done
 for kind in get list; do
-  interleave_args "$kind" b c e
-  before="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
-  out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${ARGS[@]}" | tr '\n' ' ')"
-  after="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
-  awk -v kind="$kind" -v out="$out" -v before="$before" -v after="$after" '
+  awk -v kind="$kind" -v rounds="${CPU[$kind]}" '
+    function us(ns, n) { return n > 0 ? ns / 1000 / n : 0 }
     BEGIN {
-      n = split(out, kv, " ")
-      for (i = 1; i <= n; i++) {
-        split(kv[i], p, "=")
-        if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
+      k = split(rounds, rr, ";")
+      for (i = 1; i < k; i++) {
+        split(rr[i], f, " ")
+        for (j = 1; j <= 6; j++) t[j] += f[j]
+        errors += f[7]
+        c = us(f[3], f[4]); e = us(f[5], f[6])
+        if (e > 0 && c <= e) level++
+        each = each (each == "" ? "" : " ") (e > 0 ? sprintf("%.2f", c / e) : "n/a")
       }
-      split(before, x, " "); split(after, y, " ")
-      split("b c e", paths, " ")
-      for (i = 1; i <= 3; i++) {
-        r = v[paths[i], "requests"]
-        us[paths[i]] = r ? (y[i] - x[i]) / 1000 / r : 0
-      }
-      printf "| %s | %s | %.1f | %.1f | %.1f | %s | %d |\n", kind, v["c", "requests"], us["b"], us["c"], us["e"],
-        (us["e"] > 0 ? sprintf("%.2f", us["c"] / us["e"]) : "n/a"), v["b", "errors"] + v["c", "errors"] + v["e", "errors"]
+      c = us(t[3], t[4]); e = us(t[5], t[6])
+      printf "| %s | %d | %.1f | %.1f | %.1f | %s | %d/%d | %s | %d |\n", kind, t[4], us(t[1], t[2]), c, e,
+        (e > 0 ? sprintf("%.2f", c / e) : "n/a"), level, k - 1, each, errors
     }'
 done
 rss_kib() { sed -n 's/^VmRSS:\s*\([0-9]*\) kB/\1/p' "/proc/$PROXY_PID/status"; }
