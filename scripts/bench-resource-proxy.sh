@@ -19,10 +19,10 @@
 # same for CPU per request of (b), (c) and (e) alone (the proxy serves (d) too), from the
 # scheduler's nanosecond counts, in CPU_ROUNDS rounds (default REPEAT) of DURATION seconds per
 # kind, GET and LIST alternating: it prints the whole run's figures and in how many rounds the
-# proxy used no more CPU per request than nginx (e). For LIST the latency table has (s): direct with the owner
-# selector the proxy adds, so the target's own time for it shows apart from the proxy's, and
-# (f): nginx (e) adding that selector too, the peer doing a LIST's whole duty (TLS on both legs
-# and the owner scope; the target filters by it for both).
+# proxy used no more CPU per request than nginx (e). For LIST the latency table has (s): direct
+# with the owner selector the proxy adds, so the target's own time for it shows apart from the
+# proxy's, and (f): nginx (e) adding that selector too, the peer doing a LIST's whole duty (TLS
+# on both legs and the owner scope; the target filters by it for both).
 #
 # ACCESS (default owned) is the listener's accessResources: in `owned` mode a named GET is checked
 # for ownership on its own answer (RP-7) and LIST carries the owner selector; `all` forwards as is.
