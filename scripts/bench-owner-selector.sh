@@ -18,7 +18,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DURATION="${DURATION:-20}"
 ROUNDS="${ROUNDS:-3}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-rp}"
 # shellcheck source=scripts/lib/resource-proxy-bench.sh
 source "$ROOT/scripts/lib/resource-proxy-bench.sh"
 # shellcheck source=scripts/lib/idle.sh
@@ -45,13 +44,9 @@ printf '| round | requests per path | (a) p50 ms | two | set | one | exists | li
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for ((r = 1; r <= ROUNDS; r++)); do
   out="$("$BIN/examples/rp-load" interleave --duration "$DURATION" "${ARGS[@]}" | tr '\n' ' ')"
-  awk -v round="$r" -v out="$out" '
+  awk -v round="$r" -v out="$out" "$INTERLEAVED_AWK"'
     BEGIN {
-      n = split(out, kv, " ")
-      for (i = 1; i <= n; i++) {
-        split(kv[i], p, "=")
-        if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
-      }
+      interleaved(out, v)
       k = split("two set one exists limit", paths, " ")
       line = sprintf("| %d | %s | %s", round, v["a", "requests"], v["a", "p50_ms"])
       for (i = 1; i <= k; i++) line = line sprintf(" | %s", v[paths[i], "p50_ms"])

@@ -272,15 +272,11 @@ for kind in get list; do
     ARGS+=(path f "$URL" "${AUTH[@]}")
   fi
   out="$("$BIN/examples/rp-load" interleave --duration $((DURATION * REPEAT)) "${ARGS[@]}" | tr '\n' ' ')"
-  awk -v kind="$kind" -v out="$out" '
+  awk -v kind="$kind" -v out="$out" "$INTERLEAVED_AWK"'
     # x over y, or "n/a" when y added nothing to divide by.
     function ratio(x, y) { return y > 0 ? sprintf("%.2f", x / y) : "n/a" }
     BEGIN {
-      n = split(out, kv, " ")
-      for (i = 1; i <= n; i++) {
-        split(kv[i], p, "=")
-        if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
-      }
+      interleaved(out, v)
       add_b = v["b", "p50_ms"] - v["a", "p50_ms"]; add_c = v["c", "p50_ms"] - v["a", "p50_ms"]
       add_e = v["e", "p50_ms"] - v["a", "p50_ms"]
       sel = (("s", "p50_ms") in v) ? v["s", "p50_ms"] : ""
@@ -311,13 +307,9 @@ for ((r = 0; r < CPU_ROUNDS; r++)); do
     out="$("$BIN/examples/rp-load" interleave --duration "$DURATION" "${ARGS[@]}" | tr '\n' ' ')"
     after="$(cpu_ns "$NGINX_PID") $(cpu_ns "$PROXY_PID") $(cpu_ns "$NGINX_L7_PID")"
     # This round's nanoseconds and requests of (b), (c), (e), then its errors.
-    CPU[$kind]+="$(awk -v out="$out" -v before="$before" -v after="$after" '
+    CPU[$kind]+="$(awk -v out="$out" -v before="$before" -v after="$after" "$INTERLEAVED_AWK"'
       BEGIN {
-        n = split(out, kv, " ")
-        for (i = 1; i <= n; i++) {
-          split(kv[i], p, "=")
-          if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
-        }
+        interleaved(out, v)
         split(before, x, " "); split(after, y, " ")
         printf "%d %d %d %d %d %d %d;", y[1] - x[1], v["b", "requests"], y[2] - x[2], v["c", "requests"],
           y[3] - x[3], v["e", "requests"], v["b", "errors"] + v["c", "errors"] + v["e", "errors"]

@@ -10,6 +10,8 @@
 #                         TKC (kubeconfigs), CPKI, TPKI (their PKI directories), CPORT, TPORT
 #   proxy_config F P M    writes the proxy's config to F: listeners from port P, metrics on M
 #   widgets_path get|list the request path of the GET (w0) or the LIST
+#   INTERLEAVED_AWK       an awk function to put before a program reading `rp-load interleave`'s
+#                         output joined on one line: interleaved(out, v) sets v[path, key]
 #   wait_for WHAT SECS CMD...   port_open PORT
 # and FRONT_AUTH: rp-load's flags for calling the proxy as the aggregator does (front-proxy
 # client certificate, X-Remote-User/Group).
@@ -104,6 +106,15 @@ listeners: {basePort: $2}
 metrics: {address: "127.0.0.1:$3"}
 YAML
 }
+
+INTERLEAVED_AWK='
+  function interleaved(out, v,   n, kv, i, p, m) {
+    n = split(out, kv, " ")
+    for (i = 1; i <= n; i++) {
+      split(kv[i], p, "=")
+      if (p[1] == "path") m = p[2]; else v[m, p[1]] = p[2]
+    }
+  }'
 
 widgets_path() {
   if [ "$1" = get ]; then echo "/apis/example.test/v1/namespaces/$NS/widgets/w0"; else echo "/apis/example.test/v1/namespaces/$NS/widgets"; fi
