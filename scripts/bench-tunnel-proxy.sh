@@ -16,6 +16,12 @@
 # target either. CELLS picks the cells (default all four: "empty:1 empty:64 1m:1 1m:64").
 # Idle CPUs poll rather than halt while it runs (IDLE=poll, the default; IDLE=halt keeps the
 # machine's default): see scripts/lib/idle.sh.
+# The cell empty:1 also runs "across": wrk straight to a second backend pinned to the
+# servers' CPU, so each request crosses the two CPUs as through a server, with no server. A line
+# for that cell gives every path's share of stalled requests (slower than STALL_US, default
+# 300 µs; scripts/lib/wrk-stalls.lua) and across's p99: where the machine itself stalls about 1 %
+# of the round trips that cross its CPUs, a one-connection p99 measures those stalls, not the
+# server (docs/benchmarks.md, "What sets the one-connection p99").
 #
 #   scripts/bench-tunnel-proxy.sh            # full table
 #   DURATION=3 REPEAT=1 scripts/bench-tunnel-proxy.sh
@@ -41,6 +47,7 @@ done
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 BACKEND_PORT=18090
+ACROSS_PORT=18091
 PROXY_PORT=18080
 ADMIN_PORT=18081
 NGINX_PORT=18070
@@ -53,7 +60,10 @@ LOAD_BEFORE="$(cut -d" " -f1-3 /proc/loadavg)"
 
 taskset -c "$LOAD_CPU" "$BIN/examples/bench-backend" "127.0.0.1:$BACKEND_PORT" &
 PIDS+=($!)
+taskset -c "$PROXY_CPU" "$BIN/examples/bench-backend" "127.0.0.1:$ACROSS_PORT" &
+PIDS+=($!)
 wait_port "$BACKEND_PORT"
+wait_port "$ACROSS_PORT"
 
 PROXY_LOG_FORMAT=text RUST_LOG=warn taskset -c "$PROXY_CPU" "$BIN/tunnel-proxy" \
   --listen "127.0.0.1:$PROXY_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" --log-format text &
@@ -88,19 +98,21 @@ server_cpu_ns() {
   if [ -n "${SERVER_PID[$1]:-}" ]; then cpu_ns "${SERVER_PID[$1]}"; else echo 0; fi
 }
 
-run() { # target port conns path -> "rps p50 p99 us_per_request"
+run() { # target port conns path -> "rps p50 p99 us_per_request stalled_percent"
   local out before
   before="$(server_cpu_ns "$1")"
-  out="$(taskset -c "$LOAD_CPU" wrk -t1 -c"$3" -d"${DURATION}s" --latency -H "Host: $HOST" "http://127.0.0.1:$2/$4")"
-  local rps p50 p99
+  out="$(taskset -c "$LOAD_CPU" wrk -t1 -c"$3" -d"${DURATION}s" --latency -s "$ROOT/scripts/lib/wrk-stalls.lua" \
+    -H "Host: $HOST" "http://127.0.0.1:$2/$4")"
+  local rps p50 p99 stalled
   rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
   p50="$(to_ms "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
   p99="$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
+  stalled="$(sed -n 's/^stalled=//p' <<<"$out")"
   if grep -q "Non-2xx" <<<"$out"; then echo "non-2xx answers from $1: $out" >&2; exit 1; fi
   local us
   us="$(awk -v a="$before" -v b="$(server_cpu_ns "$1")" -v n="$(awk '/ requests in / {print $1}' <<<"$out")" \
     'BEGIN {printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0)}')"
-  echo "$rps $p50 $p99 $us"
+  echo "$rps $p50 $p99 $us $stalled"
 }
 
 median() { # numbers -> their median
@@ -108,7 +120,7 @@ median() { # numbers -> their median
 }
 
 # warm-up (pools, page cache)
-for port in $BACKEND_PORT $PROXY_PORT $NGINX_PORT $HAPROXY_PORT; do
+for port in $BACKEND_PORT $ACROSS_PORT $PROXY_PORT $NGINX_PORT $HAPROXY_PORT; do
   taskset -c "$LOAD_CPU" wrk -t1 -c8 -d1s -H "Host: $HOST" "http://127.0.0.1:$port/empty" >/dev/null
 done
 
@@ -118,10 +130,13 @@ printf "%-6s %-5s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10s %7s %7s %7s | %10
 for cell in $CELLS; do
   path="${cell%%:*}" conns="${cell##*:}"
   declare -A s=()
+  paths=(proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT)
+  [ "$cell" != empty:1 ] || paths+=(across:$ACROSS_PORT)
   for ((r = 0; r < REPEAT; r++)); do
-    for t in proxy:$PROXY_PORT nginx:$NGINX_PORT haproxy:$HAPROXY_PORT direct:$BACKEND_PORT; do
-      read -r rps p50 p99 us <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
+    for t in "${paths[@]}"; do
+      read -r rps p50 p99 us stalled <<<"$(run "${t%%:*}" "${t##*:}" "$conns" "$path")"
       s[${t%%:*}rps]+="$rps " s[${t%%:*}p50]+="$p50 " s[${t%%:*}p99]+="$p99 " s[${t%%:*}us]+="$us "
+      s[${t%%:*}stalled]+="$stalled "
     done
   done
   echo "samples $path c=$conns: proxy r/s ${s[proxyrps]}p99 ${s[proxyp99]}us ${s[proxyus]}| nginx r/s ${s[nginxrps]}p99 ${s[nginxp99]}us ${s[nginxus]}| haproxy r/s ${s[haproxyrps]}p99 ${s[haproxyp99]}us ${s[haproxyus]}" >&2
@@ -151,6 +166,13 @@ for cell in $CELLS; do
   echo "proxy / better peer of the same round, median over the rounds (r/s, p99), $path c=$conns:" \
     "$(printf '%.3f' "$(median $(awk '{ print $1 / ($2 > $3 ? $2 : $3) }' <<<"$rounds"))")" \
     "$(printf '%.3f' "$(median $(awk '{ low = ($5 < $6 ? $5 : $6); print (low > 0 ? $4 / low : 0) }' <<<"$rounds"))")" >&2
+  if [ "$cell" = empty:1 ]; then
+    # shellcheck disable=SC2086 # word splitting intended: the samples
+    echo "stalled requests (slower than ${STALL_US:-300} us), % of each path's, median over the rounds, empty c=1:" \
+      "$(for t in proxy nginx haproxy direct across; do printf '%s %.2f, ' "$t" "$(median ${s[${t}stalled]})"; done)" \
+      "across: p50 $(median ${s[acrossp50]}) ms, p99 $(median ${s[acrossp99]}) ms; stalled % per round:" \
+      "$(for t in proxy nginx haproxy across; do printf '%s %s| ' "$t" "${s[${t}stalled]}"; done)" >&2
+  fi
   for k in "${!s[@]}"; do
     # shellcheck disable=SC2086 # word splitting intended: the samples
     s[$k]="$(median ${s[$k]})"
