@@ -5,7 +5,10 @@
 //! Cloudflare writes and sync rounds, and a baseline: the same burst and the status writes any
 //! controller must make, into an API server with no controller running (once without watches,
 //! once with the watches a convergence holds). With `--switches N`, then route propagation: one
-//! more route's backend switched N times under traffic (see [`propagate`]). Run by
+//! more route's backend switched N times under traffic (see [`propagate`]). With `--cold-start`,
+//! the objects are created first and the controller started after them (an install over
+//! existing routes): convergence is then timed from the controller's start, and its floor is the
+//! status writes alone. Run by
 //! `scripts/bench-tunnel-controller.sh` and `scripts/bench-propagation.sh`; see
 //! docs/benchmarks.md.
 
@@ -65,6 +68,10 @@ struct Cli {
     /// Pause between one switch being served by every proxy and the next switch.
     #[arg(long, default_value_t = 200)]
     switch_gap_ms: u64,
+    /// Create every object first and start the controller after them; time convergence from
+    /// the controller's start.
+    #[arg(long)]
+    cold_start: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -118,48 +125,57 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     eprintln!("baseline again, with the watches a convergence holds");
     let watched = measure_floor(&client, &stage, &shape, cli.concurrency, true).await?;
 
-    eprintln!("starting the controller");
     let admin = SocketAddr::from(([127, 0, 0, 1], test_cluster::free_port()?));
-    let mut controller = stage.start_controller(&cli.controller_bin, admin)?;
-    let pid = controller.pid();
-    eprintln!("controller log: {}", stage.controller_log().display());
-    observe::wait_ready(admin, Duration::from_secs(60)).await?;
-    wait_class_accepted(&client, Duration::from_secs(60)).await?;
-    // Let the first rounds and the leader election settle before the idle figures.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = observe::memory(pid)?;
-    let before = observe::counters(admin).await?;
     let tunnel = stage.tunnel.tunnel_id.clone();
-    let puts_before = stage.double.put_count(&tunnel);
-    let cpu_before = cpu_split(pid, &stage)?;
-    let api_before = observe::api_requests(&client).await?;
-
-    burst::namespace(&client, NAMESPACE).await?;
     let conv = Arc::new(Convergence::default());
-    observe::watch_routes(&client, NAMESPACE, cli.routes, conv.clone()).await?;
-    Planes {
-        proxies: stage.proxies.clone(),
-        double: stage.double.clone(),
-        account: stage.account.clone(),
-        tunnel: tunnel.clone(),
-        namespace: NAMESPACE.to_owned(),
-        routes: cli.routes,
-        hostnames: ingress_hostnames(cli.gateways),
-    }
-    .poll(POLL, conv.clone());
-
-    eprintln!(
-        "burst: {} Gateways, {} HTTPRoutes, {} Services into {NAMESPACE}",
-        cli.gateways, cli.routes, cli.services
-    );
     let started = OnceLock::new();
-    let created = burst::create(&client, NAMESPACE, &shape, cli.concurrency, &started).await?;
-    let t0 = *started.get().context("the burst started")?;
-    // For reading the controller's log against the burst.
-    eprintln!(
-        "first create at {} (UTC, ±the create time)",
-        k8s_openapi::jiff::Timestamp::now() - t0.elapsed()
-    );
+    let (mut controller, pid, idle, before, puts_before, cpu_before, api_before, created, t0);
+    if cli.cold_start {
+        observe_convergence(&client, &stage, &cli, &tunnel, &conv).await?;
+        created = burst::create(&client, NAMESPACE, &shape, cli.concurrency, &started).await?;
+        eprintln!(
+            "starting the controller over the {} objects",
+            created.objects
+        );
+        puts_before = stage.double.put_count(&tunnel);
+        api_before = observe::api_requests(&client).await?;
+        let cp_before = observe::cpu_of(&stage.cp.pids())?;
+        let bench_before = observe::cpu(std::process::id())?;
+        t0 = Instant::now();
+        controller = stage.start_controller(&cli.controller_bin, admin)?;
+        pid = controller.pid();
+        // A fresh process: its own CPU and counters start at zero; there is no idle moment.
+        cpu_before = CpuSplit {
+            controller: Duration::ZERO,
+            control_plane: cp_before,
+            bench: bench_before,
+        };
+        before = Counters::default();
+        idle = None;
+        eprintln!("controller log: {}", stage.controller_log().display());
+    } else {
+        eprintln!("starting the controller");
+        controller = stage.start_controller(&cli.controller_bin, admin)?;
+        pid = controller.pid();
+        eprintln!("controller log: {}", stage.controller_log().display());
+        observe::wait_ready(admin, Duration::from_secs(60)).await?;
+        wait_class_accepted(&client, Duration::from_secs(60)).await?;
+        // Let the first rounds and the leader election settle before the idle figures.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        idle = Some(observe::memory(pid)?);
+        before = observe::counters(admin).await?;
+        puts_before = stage.double.put_count(&tunnel);
+        cpu_before = cpu_split(pid, &stage)?;
+        api_before = observe::api_requests(&client).await?;
+        observe_convergence(&client, &stage, &cli, &tunnel, &conv).await?;
+        created = burst::create(&client, NAMESPACE, &shape, cli.concurrency, &started).await?;
+        t0 = *started.get().context("the burst started")?;
+        // For reading the controller's log against the burst.
+        eprintln!(
+            "first create at {} (UTC, ±the create time)",
+            k8s_openapi::jiff::Timestamp::now() - t0.elapsed()
+        );
+    }
     let deadline = t0 + Duration::from_secs(cli.timeout_secs);
     while !conv.done() {
         if Instant::now() > deadline {
@@ -224,6 +240,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         propagation(&cli, &client, &stage, pid).await?;
     }
     controller.kill();
+    Ok(())
+}
+
+/// Creates the burst's namespace and starts what watches it converge: the route watch and the
+/// polls of the proxies' documents and the tunnel's ingress.
+async fn observe_convergence(
+    client: &kube::Client,
+    stage: &setup::Stage,
+    cli: &Cli,
+    tunnel: &str,
+    conv: &Arc<Convergence>,
+) -> anyhow::Result<()> {
+    burst::namespace(client, NAMESPACE).await?;
+    observe::watch_routes(client, NAMESPACE, cli.routes, conv.clone()).await?;
+    Planes {
+        proxies: stage.proxies.clone(),
+        double: stage.double.clone(),
+        account: stage.account.clone(),
+        tunnel: tunnel.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        routes: cli.routes,
+        hostnames: ingress_hostnames(cli.gateways),
+    }
+    .poll(POLL, conv.clone());
+    eprintln!(
+        "burst: {} Gateways, {} HTTPRoutes, {} Services into {NAMESPACE}",
+        cli.gateways, cli.routes, cli.services
+    );
     Ok(())
 }
 
@@ -493,7 +537,8 @@ struct Report<'a> {
     watched: Floor,
     created: burst::Created,
     times: Times,
-    idle: Memory,
+    /// Before the burst (none with `--cold-start`: the controller starts with the objects).
+    idle: Option<Memory>,
     converged: Memory,
     after: Memory,
     /// Ingress writes during the burst and in the quiet period.
@@ -502,9 +547,9 @@ struct Report<'a> {
     counters: (&'a Counters, &'a Counters, &'a Counters),
     /// Load average (1, 5, 15 min) at the start and the end.
     load: (String, String),
-    /// From the first create to convergence.
+    /// From the first create (the controller's start with `--cold-start`) to convergence.
     cpu: CpuSplit,
-    /// The API server's requests from the burst's start to convergence.
+    /// The API server's requests over the same span.
     api: Vec<(String, u64)>,
 }
 
@@ -579,11 +624,26 @@ fn print_report(r: &Report<'_>) {
             "",
         );
     }
-    row(
-        "the same creates, controller running",
-        secs(r.created.elapsed),
-        "",
-    );
+    let from = if cli.cold_start {
+        row(
+            "**the floor of a cold start**: the watched baseline's status writes alone",
+            format!("**{}**", secs(r.watched.statuses.elapsed)),
+            "",
+        );
+        row(
+            "the same creates, before the controller started",
+            secs(r.created.elapsed),
+            "",
+        );
+        "from the controller's start"
+    } else {
+        row(
+            "the same creates, controller running",
+            secs(r.created.elapsed),
+            "",
+        );
+        "from the first create"
+    };
     row(
         &format!("every route Accepted=True ({})", cli.routes),
         secs(r.times.routes),
@@ -612,7 +672,7 @@ fn print_report(r: &Report<'_>) {
         "",
     );
     row(
-        "**convergence** (the max, from the first create)",
+        &format!("**convergence** (the max, {from})"),
         secs(max),
         &format!(
             "< {} s: {}",
@@ -621,7 +681,9 @@ fn print_report(r: &Report<'_>) {
         ),
     );
     row(
-        "CPU time, first create to convergence: controller / kube-apiserver + etcd / benchmark process",
+        &format!(
+            "CPU time, {from} to convergence: controller / kube-apiserver + etcd / benchmark process"
+        ),
         format!(
             "{} / {} / {}",
             secs(r.cpu.controller),
@@ -630,7 +692,12 @@ fn print_report(r: &Report<'_>) {
         ),
         "",
     );
-    row("controller RSS idle, before the burst", mib(r.idle.rss), "");
+    row(
+        "controller RSS idle, before the burst",
+        r.idle
+            .map_or("none (cold start)".to_owned(), |m| mib(m.rss)),
+        "",
+    );
     row("controller RSS at convergence", mib(r.converged.rss), "");
     row(
         &format!("controller RSS after {} s quiet", cli.quiet_secs),
@@ -682,12 +749,12 @@ fn print_report(r: &Report<'_>) {
         ),
         "",
     );
-    print_api_requests(&r.watched.requests, &r.api);
+    print_api_requests(&r.watched.requests, &r.api, from);
 }
 
 /// The API server's requests by verb, resource and code: the (watched) baseline's beside the
 /// burst's with the controller running, so the work a controller adds beyond the floor is visible.
-fn print_api_requests(baseline: &[(String, u64)], burst: &[(String, u64)]) {
+fn print_api_requests(baseline: &[(String, u64)], burst: &[(String, u64)], from: &str) {
     let count = |list: &[(String, u64)], key: &str| {
         list.iter().find(|(k, _)| k == key).map_or(0, |(_, v)| *v)
     };
@@ -700,7 +767,7 @@ fn print_api_requests(baseline: &[(String, u64)], burst: &[(String, u64)]) {
     );
     println!();
     println!(
-        "API server requests (`apiserver_request_total`, verb resource code): baseline creates + status writes | first create to convergence, controller running"
+        "API server requests (`apiserver_request_total`, verb resource code): baseline creates + status writes | {from} to convergence, controller running"
     );
     println!();
     println!("| request | baseline | controller run |");
