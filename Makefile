@@ -99,7 +99,8 @@ bench-tunnel-controller: control-plane
 	bash scripts/bench-tunnel-controller.sh
 
 ## bench-propagation: route propagation with 3,000 HTTPRoutes (write -> first answer from the new
-## backend, failed requests, over SWITCHES backend switches), then 10,000 routes / 1,000 Gateways.
+## backend, failed requests, over SWITCHES backend switches), then 10,000 routes / 1,000 Gateways
+## created in a burst, and again from a cold start (SCALE=0 skips both, COLD=0 the cold start).
 bench-propagation: control-plane
 	bash scripts/bench-propagation.sh
 
