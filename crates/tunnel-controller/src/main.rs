@@ -13,16 +13,16 @@ use kube_support::leader::{LeaseConfig, elect};
 use kube_support::telemetry::{self, LogFormat};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
-use tunnel_controller::config_tls::{ConfigTls, ConfigTlsSettings};
+use tunnel_controller::controller::metrics::Metrics;
 use tunnel_controller::controller::{Controller, Parts};
-use tunnel_controller::dedicated::provision::{Provisioner, RenderBase};
-use tunnel_controller::metrics::Metrics;
 use tunnel_controller::model::Settings;
-use tunnel_controller::planes::Planes;
-use tunnel_controller::push::Pusher;
+use tunnel_controller::observe::world::Stores;
+use tunnel_controller::publish::cloudflare::tunnels::TunnelSync;
+use tunnel_controller::publish::config_api::tls::{ConfigTls, ConfigTlsSettings};
+use tunnel_controller::publish::planes::Planes;
+use tunnel_controller::publish::planes::provision::{Provisioner, RenderBase};
+use tunnel_controller::publish::planes::push::Pusher;
 use tunnel_controller::status::Writer;
-use tunnel_controller::tunnels::TunnelSync;
-use tunnel_controller::world::Stores;
 
 #[derive(Parser)]
 #[command(
@@ -81,7 +81,7 @@ struct Cli {
     #[arg(
         long,
         env = "CF_CONFIG_CA_SECRET",
-        default_value = tunnel_controller::config_ca::DEFAULT_CA_SECRET
+        default_value = tunnel_controller::publish::config_api::ca::DEFAULT_CA_SECRET
     )]
     config_ca_secret: String,
     /// The shared plane's config API TLS Secret (in --namespace; written by the controller,

@@ -1,10 +1,13 @@
-//! Names and hashes of dedicated planes: the names of a Gateway's plane objects, label values
-//! for names of any length, the sha256 hex the token-hash annotations and caches use, and the
-//! ownership guard for an object found at a rendered name.
+//! Names and hashes: the controller's field manager, the names of a Gateway's plane objects,
+//! label values for names of any length, the sha256 hex the token-hash annotations and caches
+//! use, and the ownership guard for an object found at a rendered name.
 
 use gateway_api::apis::standard::gateways::Gateway;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
+
+/// The field manager of every write.
+pub const MANAGER: &str = "tunnel-gateway-controller";
 
 /// The names of a Gateway's plane objects in its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]

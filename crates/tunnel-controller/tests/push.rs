@@ -7,13 +7,13 @@ use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tunnel_config::config_api::ClientIdentity;
-use tunnel_controller::config_pki::{
+use tunnel_controller::publish::config_api::pki::{
     CA_LIFETIME, CertKey, LEAF_LIFETIME, generate_ca, issue_client, issue_serving, validity,
 };
 
 use tunnel_config::config::Config;
-use tunnel_controller::push::TlsTarget;
-use tunnel_controller::push::{
+use tunnel_controller::publish::planes::push::TlsTarget;
+use tunnel_controller::publish::planes::push::{
     ConditionChange, PushHealth, PushOutcome, Pusher, Transport, VersionClock,
 };
 use tunnel_proxy::admin::{self, AdminOptions};
@@ -681,11 +681,11 @@ fn routes_doc(count: usize, changed: usize, host: &str) -> Config {
 
 /// A round of the shared partition, pushed to `relay` with token `t` in plain HTTP.
 async fn shared_round(
-    planes: &mut tunnel_controller::planes::Planes,
+    planes: &mut tunnel_controller::publish::planes::Planes,
     doc: &Config,
     relay: &str,
     seq: u64,
-) -> tunnel_controller::planes::RoundReport {
+) -> tunnel_controller::publish::planes::RoundReport {
     let key = tunnel_controller::keys::PartitionKey::Shared;
     planes
         .round(
@@ -699,8 +699,8 @@ async fn shared_round(
         .await
 }
 
-fn shared(addr: &str) -> tunnel_controller::planes::ConfigEndpoints {
-    tunnel_controller::planes::ConfigEndpoints {
+fn shared(addr: &str) -> tunnel_controller::publish::planes::ConfigEndpoints {
+    tunnel_controller::publish::planes::ConfigEndpoints {
         all: vec![addr.to_owned()],
         ready: [addr.to_owned()].into(),
     }
@@ -717,7 +717,7 @@ fn methods(seen: &Mutex<Vec<u8>>) -> (usize, usize, usize) {
 async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
-    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let mut planes = tunnel_controller::publish::planes::Planes::new(pusher());
     let mut round = async |doc: &Config| {
         let report = shared_round(&mut planes, doc, &relay, 0).await;
         assert!(report.loaded, "{report:?}");
@@ -754,7 +754,7 @@ async fn a_proxy_holding_the_previous_version_gets_only_the_changed_route() {
 async fn a_delta_refused_for_another_base_falls_back_to_the_whole_document() {
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
-    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let mut planes = tunnel_controller::publish::planes::Planes::new(pusher());
     let first = routes_doc(20, 0, "r0.example.com");
     let report = shared_round(&mut planes, &first, &relay, 0).await;
     assert!(report.loaded, "{report:?}");
@@ -783,7 +783,7 @@ async fn the_route_lane_pushes_a_splice_and_an_older_round_does_not_take_it_back
 
     let p = proxy_api("t").await;
     let (relay, seen) = recording_relay(p.addr.clone()).await;
-    let mut planes = tunnel_controller::planes::Planes::new(pusher());
+    let mut planes = tunnel_controller::publish::planes::Planes::new(pusher());
     let before = routes_doc(200, 0, "r0.example.com");
     let report = shared_round(&mut planes, &before, &relay, 1).await;
     assert!(report.loaded, "{report:?}");

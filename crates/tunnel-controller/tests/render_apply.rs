@@ -16,7 +16,9 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use test_cluster::{ClusterSpec, ControlPlane};
 use tunnel_controller::api::{GatewayConfig, GatewayConfigSpec};
-use tunnel_controller::dedicated::render::{RenderInputs, Rendered, generate_auth_token, render};
+use tunnel_controller::publish::planes::render::{
+    RenderInputs, Rendered, generate_auth_token, render,
+};
 
 const NAMESPACE: &str = "tenant-a";
 
@@ -253,8 +255,8 @@ async fn admitted_as_a_pod(client: &kube::Client, name: &str, deployment: &Deplo
 #[tokio::test]
 async fn the_config_api_ca_is_created_once_never_overwritten_and_rotated_on_request() {
     use std::time::SystemTime;
-    use tunnel_controller::config_ca::{self, CaError};
-    use tunnel_controller::config_pki::ROTATE_ANNOTATION;
+    use tunnel_controller::publish::config_api::ca::{self, CaError};
+    use tunnel_controller::publish::config_api::pki::ROTATE_ANNOTATION;
 
     test_cluster::install_crypto_provider();
     let cp = ControlPlane::builder()
@@ -270,7 +272,7 @@ async fn the_config_api_ca_is_created_once_never_overwritten_and_rotated_on_requ
         .unwrap();
     let client = cluster.client().await.unwrap();
     let now = SystemTime::now();
-    let sync = |moved: bool| config_ca::sync(&client, "cf-system", "config-ca", moved, now);
+    let sync = |moved: bool| ca::sync(&client, "cf-system", "config-ca", moved, now);
 
     // Two replicas racing: one CA, both end up with it.
     let (a, b) = tokio::join!(sync(false), sync(false));
@@ -318,7 +320,7 @@ async fn the_config_api_ca_is_created_once_never_overwritten_and_rotated_on_requ
         ])
         .await
         .unwrap();
-    let err = config_ca::sync(&client, "cf-system", "broken-ca", true, now)
+    let err = ca::sync(&client, "cf-system", "broken-ca", true, now)
         .await
         .unwrap_err();
     assert!(matches!(err, CaError::Broken(..)), "{err}");

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use cloudflare_api::{Client, ConnectorToken};
 use cloudflare_double::{CloudflareDouble, Fault, FaultRule, TokenScope, TunnelInfo};
-use tunnel_controller::dedicated::verify::{ClaimVerificationError, verify_claim};
+use tunnel_controller::publish::cloudflare::verify::{ClaimVerificationError, verify_claim};
 
 const CREDENTIALS_A: &str = "credentials-a";
 const CREDENTIALS_B: &str = "credentials-b";

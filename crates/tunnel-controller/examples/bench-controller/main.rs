@@ -554,9 +554,9 @@ struct Report<'a> {
 }
 
 /// The hostnames the tunnel's ingress document can hold of `gateways` (one each): all but the
-/// catch-all's rule of a tunnel's [`tunnel_controller::ingress::MAX_RULES`].
+/// catch-all's rule of a tunnel's [`tunnel_controller::publish::cloudflare::ingress::MAX_RULES`].
 fn ingress_hostnames(gateways: usize) -> usize {
-    gateways.min(tunnel_controller::ingress::MAX_RULES - 1)
+    gateways.min(tunnel_controller::publish::cloudflare::ingress::MAX_RULES - 1)
 }
 
 fn print_report(r: &Report<'_>) {
@@ -662,7 +662,7 @@ fn print_report(r: &Report<'_>) {
             format!(
                 "ingress document holds {} hostnames (a tunnel's {} rules with the catch-all; the routes of the {} other Gateways say they did not fit)",
                 ingress_hostnames(cli.gateways),
-                tunnel_controller::ingress::MAX_RULES,
+                tunnel_controller::publish::cloudflare::ingress::MAX_RULES,
                 cli.gateways - ingress_hostnames(cli.gateways)
             )
         } else {

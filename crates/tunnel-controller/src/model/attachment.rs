@@ -17,9 +17,9 @@ use super::types::{
 };
 use crate::conditions::Verdict;
 use crate::keys::{ObjKey, PartitionKey, RouteId, RouteKind};
-use crate::shadowing;
+use crate::model::rules::shadowing;
+use crate::observe::world::Snapshot;
 use crate::translate::{self, BackendIndex};
-use crate::world::Snapshot;
 
 /// What attaching a route reads besides the model's Gateways and ListenerSets, built once per
 /// snapshot and kept with its model so that a changed route can be decided again against

@@ -12,8 +12,8 @@ use super::types::{ClassConfigOutcome, ClassOutcome, DnsScope, Model, Settings};
 use crate::api::{DEFAULT_API_TOKEN_KEY, GROUP};
 use crate::conditions::Verdict;
 use crate::credentials::{Credentials, secret_value};
-use crate::ownership::Delegations;
-use crate::world::Snapshot;
+use crate::model::rules::ownership::Delegations;
+use crate::observe::world::Snapshot;
 
 /// The class's resolved settings.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! Gateways of this controller's classes and their listeners: which are accepted and
 //! programmed, where their routes go (the shared plane, or a dedicated one as
-//! [`crate::dedicated`] decides), which listeners routes may attach to, and which of those are
+//! [`crate::model::dedicated`] decides), which listeners routes may attach to, and which of those are
 //! served (an HTTPS listener whose certificate does not resolve takes routes but serves none).
 
 use std::collections::BTreeMap;
@@ -16,12 +16,12 @@ use super::types::{
     GatewayOutcome, ListenerOutcome, Model, PERMISSIVE_HOSTNAME, Plane, SUPPORTED_KINDS,
 };
 use crate::conditions::Verdict;
-use crate::dedicated::claims;
-use crate::dedicated::{self, ClassPolicy, Decision, Verification};
 use crate::keys::{GATEWAY_GROUP, ObjKey, PartitionKey};
+use crate::model::dedicated::claims;
+use crate::model::dedicated::{self, ClassPolicy, Decision, Verification};
 use crate::names::{self, PlaneNames};
+use crate::observe::world::Snapshot;
 use crate::translate::{self, BackendIndex};
-use crate::world::Snapshot;
 
 /// Decides every Gateway of `classes` into `model`: dedicated planes first (one decision per
 /// class over all its Gateways with a parametersRef), then each Gateway's outcome.

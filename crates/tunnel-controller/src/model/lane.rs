@@ -14,23 +14,14 @@
 //! `tests/model`); conditions, ingress documents and DNS are the full round's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use gateway_api::apis::standard::grpcroutes::GrpcRoute;
-use gateway_api::apis::standard::httproutes::HttpRoute;
 use tunnel_config::config::{self, Config};
 
 use super::attachment::RouteContext;
 use super::route::{RouteView, route_result};
 use super::types::Model;
 use crate::keys::{PartitionKey, RouteId, RouteKind};
-
-/// A route as it is now.
-#[derive(Debug, Clone)]
-pub enum RouteNow {
-    Http(Arc<HttpRoute>),
-    Grpc(Arc<GrpcRoute>),
-}
+use crate::observe::world::RouteNow;
 
 /// Why the lane leaves a change to the full round.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

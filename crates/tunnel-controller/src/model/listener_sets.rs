@@ -38,9 +38,9 @@ use super::types::{
 };
 use crate::conditions::Verdict;
 use crate::keys::{GATEWAY_GROUP, ObjKey};
-use crate::ownership::{Delegations, Refusal};
+use crate::model::rules::ownership::{Delegations, Refusal};
+use crate::observe::world::Snapshot;
 use crate::translate::BackendIndex;
-use crate::world::Snapshot;
 
 /// Decides every ListenerSet whose parentRef names a Gateway of `model` (after the Gateways).
 pub(super) fn decide(snap: &Snapshot, idx: &BackendIndex, model: &mut Model) {

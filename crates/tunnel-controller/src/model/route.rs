@@ -23,8 +23,8 @@ use super::types::{
     RouteParentStatus,
 };
 use crate::conditions::Verdict;
-use crate::hostnames::{self, Served};
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
+use crate::model::rules::hostnames::{self, Served};
 use crate::translate::{self, BackendIndex};
 
 /// The parts of a route that attachment reads, the same for both kinds.

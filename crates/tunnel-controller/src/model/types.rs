@@ -15,10 +15,10 @@ use tunnel_config::config::Config;
 use crate::api::GatewayClassConfig;
 use crate::conditions::Verdict;
 use crate::credentials::Credentials;
-use crate::dedicated::claims::Sharing;
-use crate::dedicated::{Resolved, VerifyRequest};
 use crate::keys::{ObjKey, ParentRef, PartitionKey, RouteId};
-use crate::ownership::Delegations;
+use crate::model::dedicated::claims::Sharing;
+use crate::model::dedicated::{Resolved, VerifyRequest};
+use crate::model::rules::ownership::Delegations;
 use crate::translate;
 
 /// Condition type set on routes while their partition's pushes keep failing.

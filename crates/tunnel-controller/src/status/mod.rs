@@ -35,12 +35,15 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
 use crate::conditions::{Verdict, merge};
-use crate::dns::HostVerdict;
-use crate::features::SUPPORTED_FEATURES;
+use crate::events::Notice;
 use crate::keys::{GATEWAY_GROUP, ObjKey, ParentRef, PartitionKey, RouteId};
 use crate::model::{CLASS_FINALIZER, ListenerSetOutcome, Model, PolicyOutcome, RouteParentStatus};
+use crate::publish::cloudflare::dns::HostVerdict;
+use crate::status::features::SUPPORTED_FEATURES;
 
+pub mod access;
 mod burst;
+pub mod features;
 mod routes;
 mod writer;
 
@@ -48,8 +51,6 @@ pub use burst::{Held, hold_in_burst};
 use routes::route_write;
 pub use writer::Writer;
 
-/// The field manager of every write.
-pub const MANAGER: &str = "tunnel-gateway-controller";
 /// Condition type on routes with hostnames beyond the 1,000-rule cap of their tunnel.
 pub const INGRESS_RULE_LIMIT: &str = "cf.k8s.lex.la/IngressRuleLimit";
 /// Condition type on attached route parents: True once the Gateway's data plane has loaded the
@@ -73,12 +74,12 @@ pub struct Effects {
     /// Partitions whose every proxy holds this round's document.
     pub loaded: BTreeSet<PartitionKey>,
     /// The hostnames each tunnel's ingress document lists now (as
-    /// [`crate::ingress::rule_hostname`] spells them); a tunnel whose document this round did not
+    /// [`crate::model::rules::hostnames::normalize`] spells them); a tunnel whose document this round did not
     /// read or write is absent.
     pub ingress: BTreeMap<String, BTreeSet<String>>,
     /// DNS verdicts by Gateway and hostname, for the Gateways whose class has DNS records on.
     pub dns: BTreeMap<ObjKey, BTreeMap<String, HostVerdict>>,
-    /// The config API certificates' condition of each plane ([`crate::config_expiry`]); empty
+    /// The config API certificates' condition of each plane ([`crate::publish::config_api::expiry`]); empty
     /// with TLS off. The shared plane's goes on every GatewayClass, a dedicated plane's on its
     /// Gateway.
     pub config_tls: BTreeMap<PartitionKey, Verdict>,
@@ -135,15 +136,6 @@ pub struct PolicyAncestorStatus {
     pub ancestor_ref: ParentRef,
     pub controller_name: String,
     pub conditions: Vec<Condition>,
-}
-
-/// An Event to publish about an object.
-#[derive(Debug, Clone)]
-pub struct Notice {
-    pub object: k8s_openapi::api::core::v1::ObjectReference,
-    pub warning: bool,
-    pub reason: String,
-    pub message: String,
 }
 
 pub fn now() -> Time {

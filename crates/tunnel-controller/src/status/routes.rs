@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::conditions::{Verdict, merge};
-use crate::dedicated::claims;
-use crate::dns::{self, HostVerdict};
-use crate::ingress;
 use crate::keys::GATEWAY_GROUP;
+use crate::model::dedicated::claims;
+use crate::model::rules::hostnames;
 use crate::model::{Model, PROXY_CONFIG_PUSHED, ROUTE_SHADOWED, RouteOutcome, RouteParentStatus};
+use crate::publish::cloudflare::dns::{self, HostVerdict};
 
 use super::{CLOUDFLARE_SYNC_FAILED, Effects, INGRESS_RULE_LIMIT, Notice, PUBLISHED, Write};
 
@@ -146,7 +146,7 @@ fn dns_verdict(
         .hostnames
         .iter()
         .flatten()
-        .map(|h| ingress::rule_hostname(h))
+        .map(|h| hostnames::normalize(h))
         .filter(|h| dns.contains_key(h))
         .collect();
     if hosts.is_empty() {
@@ -229,12 +229,12 @@ fn published(
         .hostnames
         .iter()
         .flatten()
-        .map(|h| ingress::rule_hostname(h))
+        .map(|h| hostnames::normalize(h))
         .filter(|h| !h.is_empty() && h != "*")
         .chain(any_host.then(|| "*".to_owned()));
     let (mut left_out, mut missing) = (Vec::new(), Vec::new());
     for h in hostnames {
-        if overflow.is_some_and(|o| o.iter().any(|x| ingress::rule_hostname(x) == h)) {
+        if overflow.is_some_and(|o| o.iter().any(|x| hostnames::normalize(x) == h)) {
             left_out.push(h);
         } else if !listed.is_some_and(|l| l.contains(&h)) {
             missing.push(h);

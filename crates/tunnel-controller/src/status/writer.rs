@@ -14,7 +14,9 @@ use serde_json::json;
 use crate::api::{AccessPolicy, GatewayClassConfig};
 use crate::keys::{GATEWAY_GROUP, RouteKind};
 
-use super::{MANAGER, Notice, Write};
+use super::Write;
+use crate::events::Notice;
+use crate::names::MANAGER;
 
 /// Carries out writes and publishes Events.
 #[derive(Clone)]

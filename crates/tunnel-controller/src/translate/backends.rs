@@ -21,7 +21,7 @@ use tunnel_config::config::{self, BackendProtocol, BackendTls};
 use super::report::Report;
 use super::tls_policy::{self, ClientCert, Policies};
 use crate::conditions::Verdict;
-use crate::grants;
+use crate::translate::grants;
 
 /// The group of routes and Gateways, the referencing side of ReferenceGrants.
 pub(super) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";

@@ -11,9 +11,10 @@ use gateway_api::apis::standard::grpcroutes::GrpcRoute;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use tunnel_config::config::Config;
 use tunnel_controller::keys::{ObjKey, PartitionKey, RouteId, RouteKind};
-use tunnel_controller::model::lane::{self, Declined, RouteNow};
+use tunnel_controller::model::lane::{self, Declined};
 use tunnel_controller::model::{Model, RouteContext};
-use tunnel_controller::world::Snapshot;
+use tunnel_controller::observe::world::RouteNow;
+use tunnel_controller::observe::world::Snapshot;
 
 use super::{Case, cases, compute_with_context, snapshot};
 

@@ -5,7 +5,7 @@
 //! case runs through [`model::compute`] and [`status::plan`], with the Cloudflare API's claim
 //! verdicts and the round's I/O outcomes ([`Effects`]) given by the case.
 //!
-//! AccessPolicies run through [`access::decide`] and [`access::status_writes`] the same way: the
+//! AccessPolicies run through [`access::decide`] and [`status::access::status_writes`] the same way: the
 //! out file shows the Access applications each installation should hold and the policies'
 //! statuses.
 //!
@@ -32,16 +32,18 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 use tunnel_config::config::Config;
-use tunnel_controller::access;
 use tunnel_controller::api::{AccessPolicy, GatewayClassConfig, GatewayConfig};
 use tunnel_controller::conditions::Verdict;
-use tunnel_controller::dedicated::Verification;
-use tunnel_controller::dns::HostVerdict;
-use tunnel_controller::ingress;
+use tunnel_controller::events::Notice;
 use tunnel_controller::keys::{ObjKey, ParentRef, PartitionKey, RouteId, RouteKind};
+use tunnel_controller::model::access;
+use tunnel_controller::model::dedicated::Verification;
+use tunnel_controller::model::rules::hostnames;
 use tunnel_controller::model::{self, Model, Plane, Settings};
-use tunnel_controller::status::{self, Effects, Notice, Write};
-use tunnel_controller::world::Snapshot;
+use tunnel_controller::observe::world::Snapshot;
+use tunnel_controller::publish::cloudflare::access::{AccessReport, AppVerdict};
+use tunnel_controller::publish::cloudflare::dns::HostVerdict;
+use tunnel_controller::status::{self, Effects, Write};
 
 mod lane;
 
@@ -366,7 +368,7 @@ fn effects(e: CaseEffects, model: &Model) -> Effects {
             let listed = plan
                 .hostnames
                 .iter()
-                .map(|(h, _)| ingress::rule_hostname(h))
+                .map(|(h, _)| hostnames::normalize(h))
                 .filter(|h| !overflow.contains(&h))
                 .collect();
             (t.clone(), listed)
@@ -704,7 +706,7 @@ fn run(input: &Path) -> String {
     );
     let reports = access_reports(&decision, &access_effects);
     let (more_writes, more_notices) =
-        access::status_writes(&decision, &reports, CONTROLLER, &status::now());
+        status::access::status_writes(&decision, &reports, CONTROLLER, &status::now());
     writes.extend(more_writes);
     notices.extend(more_notices);
     let mut out = project(&model, &writes, &notices);
@@ -732,10 +734,7 @@ fn run(input: &Path) -> String {
 
 /// The Access API's answers as the case gives them: every application in place, except the
 /// failed ones, with the foreign destinations left out.
-fn access_reports(
-    decision: &access::Decision,
-    e: &CaseEffects,
-) -> BTreeMap<String, access::AccessReport> {
+fn access_reports(decision: &access::Decision, e: &CaseEffects) -> BTreeMap<String, AccessReport> {
     decision
         .scopes
         .iter()
@@ -744,8 +743,8 @@ fn access_reports(
                 .iter()
                 .map(|(policy, app)| {
                     let verdict = match e.access_failed.get(&policy.to_string()) {
-                        Some(why) => access::AppVerdict::Failed(why.clone()),
-                        None => access::AppVerdict::Ready {
+                        Some(why) => AppVerdict::Failed(why.clone()),
+                        None => AppVerdict::Ready {
                             taken: e
                                 .access_taken
                                 .iter()
@@ -759,7 +758,7 @@ fn access_reports(
                 .collect();
             (
                 key.clone(),
-                access::AccessReport {
+                AccessReport {
                     apps,
                     incomplete: false,
                 },
