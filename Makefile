@@ -9,7 +9,7 @@ DEMO_PACKAGES := -p test-cluster -p resource-proxy -p cloudflare-double -p tunne
 # Cargo tools pinned and cached by version (scripts/install-cargo-tools.sh prints their bin dir).
 TOOL = dir=$$(bash scripts/install-cargo-tools.sh $(1)) && PATH="$$dir:$$PATH"
 
-.PHONY: demo demo-check test images images-test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
+.PHONY: demo demo-check test test-prepare prepare-cargo prepare-images-test prepare-control-plane prepare-deny prepare-udeps prepare-go-tools go-tools images images-test unit lint doc deny udeps fuzz-smoke fuzz control-plane helm render-deploy conformance conformance-update bench-tunnel-proxy bench-tunnel-controller bench-propagation bench-resource-proxy clean-state
 
 ## demo: a local client + target cluster pair (real etcd + kube-apiservers), the client with the
 ## node agent, and both products installed from deploy/ as Pods on that node (the resource proxy
@@ -26,14 +26,34 @@ demo-check: control-plane
 
 ## test: everything (what CI runs): formatting, clippy, docs, cargo-deny, unused dependencies, then
 ## unit, integration and e2e tests against real clusters, a short run of every fuzz target and the
-## Gateway API conformance suite. The test binaries run TEST_JOBS at a time (scripts/tests.py),
-## the fuzz smoke run and the conformance suite (its report in target/, not docs/) beside them;
-## the on-node tests run Pods from the images `images-test` builds first.
+## Gateway API conformance suite. First `test-prepare` (the checks and every build, side by side);
+## then the test binaries run TEST_JOBS at a time (scripts/tests.py), the fuzz smoke run and the
+## conformance suite (its report in target/, not docs/) beside them; the on-node tests run Pods
+## from the images `images-test` builds.
 TEST_JOBS ?= 3
-test: lint doc deny udeps control-plane images-test
+test: test-prepare
 	CARGO=$(CARGO) python3 scripts/tests.py all --jobs $(TEST_JOBS) \
 		--also "fuzz-smoke=bash scripts/fuzz.sh smoke" \
 		--also "conformance=$(MAKE) --no-print-directory conformance CONFORMANCE_REPORT=target/conformance/report.yaml"
+
+## test-prepare: what `make test` does before its tests, as steps that run PREPARE_JOBS at a time
+## (make -j): the cargo steps in one chain (lint, doc, the test build; they share target/debug's
+## lock), beside the test images (apt and a musl build), the Go builds (control plane, go-tools) and
+## the cargo tools with their checks (deny, udeps). On a fresh machine every step is a build, each
+## with idle stretches (downloads, apt, one crate or one link at a time) the others fill: run one
+## after another they left a core idle for minutes. Each step's start and duration are logged
+## ("== step NAME: ..."); a failed step fails `make test` once the running ones end.
+PREPARE_JOBS ?= 3
+test-prepare:
+	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) prepare-cargo prepare-images-test \
+		prepare-control-plane prepare-deny prepare-udeps prepare-go-tools
+
+STEP = bash scripts/lib/step.sh
+prepare-cargo:
+	@$(STEP) cargo sh -c '$(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory doc \
+		&& $(CARGO) test --workspace --locked --no-run --quiet'
+prepare-images-test prepare-control-plane prepare-deny prepare-udeps prepare-go-tools:
+	@$(STEP) $(@:prepare-%=%) $(MAKE) --no-print-directory $(@:prepare-%=%)
 
 ## images: the images tunnel-gateway-controller, tunnel-proxy and resource-proxy from static (musl)
 ## release binaries into target/images/ (an OCI layout, a .tar archive and an SPDX SBOM each);
@@ -79,6 +99,17 @@ udeps:
 ## control-plane: build (once, cached by version) kube-apiserver, kube-controller-manager, kubectl, etcd.
 control-plane:
 	@bash scripts/build-control-plane.sh >/dev/null
+
+## go-tools: build or fetch (once, cached by version) what the tests take from the Go module proxy
+## besides the control plane: helm, echo-basic, the conformance driver, the Gateway API and
+## Prometheus Operator CRDs. The tests do it themselves when missing; built here first, it is
+## done once, not by several test binaries at the same time.
+go-tools:
+	@bash scripts/build-helm.sh >/dev/null
+	@bash scripts/build-echo-basic.sh >/dev/null
+	@bash scripts/build-conformance.sh >/dev/null
+	@bash scripts/fetch-gateway-api-crds.sh >/dev/null
+	@bash scripts/fetch-prometheus-operator-crds.sh >/dev/null
 
 ## helm: build (once, cached by version) helm v3 from the Go module proxy; prints its path.
 helm:
