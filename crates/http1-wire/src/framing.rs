@@ -8,10 +8,13 @@
 //! RFC's reading rules: a repeated equal length is that length, `Transfer-Encoding` wins over
 //! `Content-Length` (and the connection is not used again), a body without either runs to the
 //! close. A 2xx to CONNECT is not framed here: neither proxy sends CONNECT upstream.
+//!
+//! The heads' `framing` methods are defined here, beside the rules they apply, so that
+//! [`crate::head`] parses without depending on this module.
 
 use http::{Method, StatusCode};
 
-use crate::head::{ContentLength, FieldSummary, ResponseHead, TransferCoding};
+use crate::head::{ContentLength, FieldSummary, RequestHead, ResponseHead, TransferCoding};
 
 /// How a message body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +112,21 @@ pub fn response_framing(
         framing,
         keep_alive,
     })
+}
+
+impl RequestHead {
+    /// The request body's framing (see [`request_framing`]).
+    pub fn framing(&self) -> Result<Framing, FramingError> {
+        request_framing(&self.fields)
+    }
+}
+
+impl ResponseHead {
+    /// The response body's framing and whether the connection can carry another request
+    /// (see [`response_framing`]).
+    pub fn framing(&self, request_method: &Method) -> Result<ResponseFraming, FramingError> {
+        response_framing(self, request_method)
+    }
 }
 
 #[cfg(test)]

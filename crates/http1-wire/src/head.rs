@@ -11,8 +11,6 @@ use std::mem::MaybeUninit;
 
 use http::StatusCode;
 
-use crate::framing::{self, FramingError, ResponseFraming};
-
 /// The most header fields any [`Limits`] can allow (the parser's slots, on the stack).
 pub const MAX_FIELDS: usize = 128;
 
@@ -214,13 +212,6 @@ pub struct RequestHead {
     pub fields: FieldSummary,
 }
 
-impl RequestHead {
-    /// The request body's framing (see [`framing::request_framing`]).
-    pub fn framing(&self) -> Result<framing::Framing, FramingError> {
-        framing::request_framing(&self.fields)
-    }
-}
-
 /// A parsed response head. The spans point into the parsed buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHead {
@@ -230,14 +221,6 @@ pub struct ResponseHead {
     /// 1 for HTTP/1.1, 0 for HTTP/1.0.
     pub minor_version: u8,
     pub fields: FieldSummary,
-}
-
-impl ResponseHead {
-    /// The response body's framing and whether the connection can carry another request
-    /// (see [`framing::response_framing`]).
-    pub fn framing(&self, request_method: &http::Method) -> Result<ResponseFraming, FramingError> {
-        framing::response_framing(self, request_method)
-    }
 }
 
 /// Parses the request head at the start of `buf`: `Ok(None)` while it is incomplete. The
