@@ -1,5 +1,6 @@
-//! Access applications with inline policies: the state and the endpoints
-//! `GET|POST /accounts/{id}/access/apps` and `GET|PUT|DELETE /accounts/{id}/access/apps/{id}`.
+//! Access applications with inline policies: the endpoints `GET|POST /accounts/{id}/access/apps`
+//! and `GET|PUT|DELETE /accounts/{id}/access/apps/{id}` (the applications themselves live in
+//! [`crate::state`]).
 //!
 //! Sources (see `docs/cloudflare-double.md` for the table): the application and policy schemas
 //! of <https://developers.cloudflare.com/api/resources/zero_trust/subresources/access/subresources/applications/>
@@ -10,11 +11,11 @@
 //! where no public source settled them. The token's Access permission is not modelled: a token
 //! reaching the account may use its applications.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{Reply, failure, paged, success};
-use crate::state::{ControlError, World, now_rfc3339, random_uuid};
+use crate::envelope::{Reply, error, failure, paged, query_pairs, success};
+use crate::state::{AccessAppRec, ControlError, World, now_rfc3339, random_uuid};
 
 /// Default and bounds of `per_page` when listing applications (UNCONFIRMED: the page lists
 /// `page` and `per_page` without bounds).
@@ -44,29 +45,6 @@ const RULE_KINDS: &[&str] = &[
     "auth_method",
 ];
 const DECISIONS: &[&str] = &["allow", "deny", "non_identity", "bypass"];
-
-/// An Access application as the double keeps it (and as tests read it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AccessAppRec {
-    /// A UUID.
-    pub id: String,
-    /// The account holding it.
-    pub account: String,
-    pub name: String,
-    /// The primary domain.
-    pub domain: String,
-    /// Every public destination (`host` or `host/path`), the domain first.
-    pub destinations: Vec<String>,
-    pub session_duration: String,
-    /// The policies as answered (with their IDs and precedence).
-    pub policies: Vec<Value>,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-fn error(code: i64, message: &str) -> Value {
-    json!({"code": code, "message": message})
-}
 
 /// HTTP 400 with an `access.api.error.invalid_request` message (UNCONFIRMED code 12000).
 fn invalid(message: &str) -> Reply {
@@ -286,7 +264,7 @@ fn admit(
 
 /// `GET /accounts/{id}/access/apps`, paged, oldest first.
 pub(crate) fn list(world: &World, account: &str, query: Option<&str>) -> Reply {
-    let pairs = crate::dns::query_pairs(query);
+    let pairs = query_pairs(query);
     let mut apps: Vec<&AccessAppRec> = world
         .access_apps
         .values()

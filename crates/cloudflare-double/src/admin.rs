@@ -20,7 +20,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{Body, Reply};
+use crate::envelope::{Body, Reply};
 use crate::state::{ControlError, FaultRule, Shared, TokenScope, lock};
 
 fn ok(v: Value) -> Reply {
@@ -81,7 +81,7 @@ struct NewZone {
 struct NewGrant {
     token: String,
     #[serde(flatten)]
-    grant: crate::dns::DnsGrant,
+    grant: crate::state::DnsGrant,
 }
 
 #[derive(Deserialize)]

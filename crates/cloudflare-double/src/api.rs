@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use crate::envelope::{Body, Reply, error, failure, no_route, paged, success};
 use crate::state::{Fault, TokenScope, TunnelRec, World, is_account_id, is_uuid, now_rfc3339};
 use crate::validate::{CODE_BAD_CONFIGURATION, validate_config};
 use crate::{access, dns};
@@ -17,68 +18,6 @@ pub const DEFAULT_PER_PAGE: u64 = 20;
 pub const MAX_PER_PAGE: u64 = 50;
 /// Smallest accepted `per_page` (values below are raised).
 pub const MIN_PER_PAGE: u64 = 5;
-
-/// An answer: status, extra headers, JSON or plain-text body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
-    /// HTTP status.
-    pub status: u16,
-    /// Extra headers (e.g. `Retry-After`).
-    pub headers: Vec<(&'static str, String)>,
-    /// The body.
-    pub body: Body,
-}
-
-/// A reply body.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Body {
-    /// `application/json`.
-    Json(Value),
-    /// `text/plain` (the edge's `error code: NNN` pages).
-    Text(String),
-}
-
-fn error(code: i64, message: &str) -> Value {
-    json!({"code": code, "message": message})
-}
-
-/// `{"success": false, "errors": [...], "messages": [], "result": null}` (envelope schema on every
-/// page of <https://developers.cloudflare.com/api/>).
-pub fn failure(status: u16, errors: Vec<Value>) -> Reply {
-    Reply {
-        status,
-        headers: vec![],
-        body: Body::Json(
-            json!({"success": false, "errors": errors, "messages": [], "result": null}),
-        ),
-    }
-}
-
-pub(crate) fn success(result: Value) -> Reply {
-    Reply {
-        status: 200,
-        headers: vec![],
-        body: Body::Json(json!({"success": true, "errors": [], "messages": [], "result": result})),
-    }
-}
-
-/// HTTP 400, codes 7003 + 7000: an unknown route or a malformed identifier. Observed:
-/// cloudflare/cloudflare-go#118 (HTTP 400, "Could not route to ..., perhaps your object identifier
-/// is invalid?" + "No route for that URI").
-pub fn no_route(full_path: &str) -> Reply {
-    failure(
-        400,
-        vec![
-            error(
-                7003,
-                &format!(
-                    "Could not route to {full_path}, perhaps your object identifier is invalid?"
-                ),
-            ),
-            error(7000, "No route for that URI"),
-        ],
-    )
-}
 
 /// HTTP 400, 6003 with 6111 in `error_chain`: missing or malformed `Authorization`. Observed:
 /// kissgyorgy/cloudflare-dyndns#40. (Missing and malformed share this answer: a simplification.)
@@ -373,38 +312,6 @@ fn list_accounts(world: &World, visible: &[&str], query: Option<&str>) -> Reply 
         && let Some(info) = v["result_info"].as_object_mut()
     {
         info.remove("total_pages");
-    }
-    reply
-}
-
-/// One page of `all` by the `page` and `per_page` parameters (`per_page` defaults to and is
-/// clamped by `(default, min, max)`), with `result_info{page, per_page, count, total_count,
-/// total_pages}`.
-pub(crate) fn paged(all: Vec<Value>, pairs: &[(String, String)], bounds: (u64, u64, u64)) -> Reply {
-    let (default, min, max) = bounds;
-    let mut page = 1u64;
-    let mut per_page = default;
-    for (k, v) in pairs {
-        match k.as_str() {
-            "page" => page = v.parse().unwrap_or(1).max(1),
-            "per_page" => per_page = v.parse().unwrap_or(default).clamp(min, max),
-            _ => {}
-        }
-    }
-    let start = usize::try_from((page - 1).saturating_mul(per_page)).unwrap_or(usize::MAX);
-    let items: Vec<Value> = all
-        .iter()
-        .skip(start)
-        .take(usize::try_from(per_page).unwrap_or(usize::MAX))
-        .cloned()
-        .collect();
-    let total = all.len() as u64;
-    let mut reply = success(Value::Array(items.clone()));
-    if let Body::Json(v) = &mut reply.body {
-        v["result_info"] = json!({
-            "page": page, "per_page": per_page, "count": items.len(), "total_count": total,
-            "total_pages": total.div_ceil(per_page.max(1)),
-        });
     }
     reply
 }

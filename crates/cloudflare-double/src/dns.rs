@@ -1,6 +1,6 @@
-//! Zones and DNS records: the state, the token permissions on them, and the endpoints
-//! `GET /zones`, `GET|POST /zones/{id}/dns_records` and `PATCH|DELETE
-//! /zones/{id}/dns_records/{id}`.
+//! Zones and DNS records: the token permissions on them, and the endpoints `GET /zones`,
+//! `GET|POST /zones/{id}/dns_records` and `PATCH|DELETE /zones/{id}/dns_records/{id}` (the
+//! records themselves live in [`crate::state`]).
 //!
 //! Sources (see `docs/cloudflare-double.md` for the table): the record and zone schemas and the
 //! list parameters of <https://developers.cloudflare.com/api/resources/dns/subresources/records/>
@@ -11,60 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{Reply, failure, paged, success};
-use crate::state::{ControlError, TokenScope, World, is_account_id, now_rfc3339, random_hex32};
-
-/// What an API token may do with DNS records.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DnsGrant {
-    /// Zone names the grant covers; `None`: every zone of the token's accounts.
-    #[serde(default)]
-    pub zones: Option<Vec<String>>,
-    /// "DNS Edit" (create, change, delete); otherwise "DNS Read".
-    #[serde(default)]
-    pub edit: bool,
-}
-
-impl DnsGrant {
-    fn covers(&self, zone: &str) -> bool {
-        self.zones
-            .as_ref()
-            .is_none_or(|z| z.iter().any(|n| n.eq_ignore_ascii_case(zone)))
-    }
-}
-
-/// A zone as the double keeps it.
-pub(crate) struct ZoneRec {
-    pub id: String,
-    pub name: String,
-    pub account: String,
-    pub created_on: String,
-    pub records: BTreeMap<String, RecordRec>,
-}
-
-/// A DNS record as the double keeps it (and as the admin view shows it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordRec {
-    /// 32 hex characters.
-    pub id: String,
-    /// Fully qualified, lower-case.
-    pub name: String,
-    /// `A`, `CNAME`, `TXT`, ...
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The value.
-    pub content: String,
-    /// Proxied through Cloudflare.
-    pub proxied: bool,
-    /// 1 is automatic.
-    pub ttl: u32,
-    /// Free text.
-    #[serde(default)]
-    pub comment: Option<String>,
-}
+use crate::envelope::{Reply, error, failure, no_route, paged, query_pairs, success};
+use crate::state::{
+    ControlError, DnsGrant, RecordRec, TokenScope, World, ZoneRec, is_account_id, now_rfc3339,
+    random_hex32,
+};
 
 /// Record types the double accepts (a subset of the documented list).
 const TYPES: &[&str] = &[
@@ -77,10 +31,6 @@ const PROXIABLE: &[&str] = &["A", "AAAA", "CNAME"];
 const ZONES_PER_PAGE: (u64, u64, u64) = (20, 5, 50);
 /// Default and bounds of `per_page` for DNS records (docs: default 100, 5..5,000,000).
 const RECORDS_PER_PAGE: (u64, u64, u64) = (100, 5, 5_000_000);
-
-fn error(code: i64, message: &str) -> Value {
-    json!({"code": code, "message": message})
-}
 
 fn bad(code: i64, message: &str) -> Reply {
     failure(400, vec![error(code, message)])
@@ -103,7 +53,7 @@ fn zone_for<'w>(
 ) -> Result<&'w mut ZoneRec, Reply> {
     let Some(zone) = world.zones.get_mut(&zone_id.to_ascii_lowercase()) else {
         // Observed: an unknown zone ID answers like an unknown route (7003/7000).
-        return Err(crate::api::no_route(full_path));
+        return Err(no_route(full_path));
     };
     let allowed = scope.reaches(&zone.account)
         && grant.is_some_and(|g| g.covers(&zone.name) && (g.edit || !edit));
@@ -129,40 +79,6 @@ fn record_json(z: &ZoneRec, r: &RecordRec) -> Value {
         "proxied": r.proxied, "ttl": r.ttl, "comment": r.comment, "tags": [],
         "settings": {}, "meta": {}, "created_on": z.created_on, "modified_on": z.created_on,
     })
-}
-
-pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (decode(k), decode(v)))
-        .collect()
-}
-
-/// Percent-decoding of a query component (`+` is a space).
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `GET /zones`: the zones of the token's accounts its DNS grant covers (a token without any
@@ -522,12 +438,5 @@ mod tests {
         assert!(valid_name("_tunnel-gateway.a.example.com"));
         assert!(!valid_name("a.*.example.com"));
         assert!(!valid_name("a..example.com"));
-    }
-
-    #[test]
-    fn query_components_are_decoded() {
-        assert_eq!(decode("%2A.example.com"), "*.example.com");
-        assert_eq!(decode("a+b"), "a b");
-        assert_eq!(decode("100%"), "100%");
     }
 }

@@ -15,10 +15,10 @@
 //! | `GET\|POST /zones/{id}/dns_records`, `PATCH\|DELETE /zones/{id}/dns_records/{id}` | DNS records: validation, same-name conflicts, DNS Read/Edit permission ([`dns`]) |
 //! | `GET\|POST /accounts/{id}/access/apps`, `GET\|PUT\|DELETE /accounts/{id}/access/apps/{id}` | Access applications with inline policies: validation, one application per destination ([`access`]) |
 //!
-//! with the documented envelope, Bearer authentication, per-account scoping, and the validation
-//! cloudflared applies. Each behaviour and its source (documentation page, or a real response
-//! quoted publicly) is listed in `docs/cloudflare-double.md` and next to the code in [`api`] and
-//! [`validate`].
+//! with the documented envelope ([`envelope`]), Bearer authentication, per-account scoping, and
+//! the validation cloudflared applies. Each behaviour and its source (documentation page, or a
+//! real response quoted publicly) is listed in `docs/cloudflare-double.md` and next to the code
+//! in [`api`] and [`validate`].
 //!
 //! With [`Options::edge`] and [`Options::connectors`] it also plays the part of Cloudflare a
 //! visitor's request meets ([`edge`]): an edge listener routing by the tunnels' ingress documents
@@ -50,6 +50,7 @@ pub mod api;
 pub mod connector;
 mod dns;
 pub mod edge;
+mod envelope;
 mod seed;
 mod server;
 mod state;
@@ -64,11 +65,11 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use access::AccessAppRec;
-pub use dns::{DnsGrant, RecordRec};
 pub use seed::{Seed, SeedAccount, SeedError, SeedToken, SeedTunnel, SeedZone};
 pub use server::{ADMIN_PREFIX, BASE_PATH};
-pub use state::{Call, ControlError, Fault, FaultRule, TokenScope, TunnelInfo};
+pub use state::{
+    AccessAppRec, Call, ControlError, DnsGrant, Fault, FaultRule, RecordRec, TokenScope, TunnelInfo,
+};
 
 use state::{Shared, World, lock};
 

@@ -21,8 +21,7 @@
 
 use serde::Deserialize;
 
-use crate::dns::DnsGrant;
-use crate::state::{ControlError, TokenScope, TunnelInfo, World};
+use crate::state::{ControlError, DnsGrant, TokenScope, TunnelInfo, World};
 
 /// A seed file.
 #[derive(Debug, Clone, Default, Deserialize)]

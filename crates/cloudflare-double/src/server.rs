@@ -12,7 +12,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::{self, Body, Reply};
+use crate::api;
+use crate::envelope::{self, Body, Reply};
 use crate::state::{Call, Fault, Shared, lock};
 
 /// The API base path, as on `https://api.cloudflare.com/client/v4`.
@@ -112,7 +113,7 @@ async fn serve(
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            return Ok(to_response(api::failure(
+            return Ok(to_response(envelope::failure(
                 413,
                 vec![serde_json::json!({"code": 1000, "message": "request body too large"})],
             )));
@@ -127,7 +128,7 @@ async fn serve(
     }
 
     let Some(path) = full_path.strip_prefix(BASE_PATH) else {
-        return Ok(to_response(api::no_route(&full_path)));
+        return Ok(to_response(envelope::no_route(&full_path)));
     };
     let path = if path.is_empty() { "/" } else { path };
 

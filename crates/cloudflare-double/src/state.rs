@@ -1,4 +1,5 @@
-//! The double's in-memory world: accounts, tunnels, API tokens, faults, and the call log.
+//! The double's in-memory world: accounts, tunnels, API tokens, zones and their records, Access
+//! applications, faults, and the call log.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -8,8 +9,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-use crate::dns::{DnsGrant, ZoneRec};
 
 /// Who owns an API token and which accounts it reaches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +203,74 @@ pub(crate) struct TokenRec {
     pub dns: Option<DnsGrant>,
 }
 
+/// What an API token may do with DNS records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsGrant {
+    /// Zone names the grant covers; `None`: every zone of the token's accounts.
+    #[serde(default)]
+    pub zones: Option<Vec<String>>,
+    /// "DNS Edit" (create, change, delete); otherwise "DNS Read".
+    #[serde(default)]
+    pub edit: bool,
+}
+
+impl DnsGrant {
+    pub(crate) fn covers(&self, zone: &str) -> bool {
+        self.zones
+            .as_ref()
+            .is_none_or(|z| z.iter().any(|n| n.eq_ignore_ascii_case(zone)))
+    }
+}
+
+/// A zone as the double keeps it.
+pub(crate) struct ZoneRec {
+    pub id: String,
+    pub name: String,
+    pub account: String,
+    pub created_on: String,
+    pub records: BTreeMap<String, RecordRec>,
+}
+
+/// A DNS record as the double keeps it (and as the admin view shows it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordRec {
+    /// 32 hex characters.
+    pub id: String,
+    /// Fully qualified, lower-case.
+    pub name: String,
+    /// `A`, `CNAME`, `TXT`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The value.
+    pub content: String,
+    /// Proxied through Cloudflare.
+    pub proxied: bool,
+    /// 1 is automatic.
+    pub ttl: u32,
+    /// Free text.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// An Access application as the double keeps it (and as tests read it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccessAppRec {
+    /// A UUID.
+    pub id: String,
+    /// The account holding it.
+    pub account: String,
+    pub name: String,
+    /// The primary domain.
+    pub domain: String,
+    /// Every public destination (`host` or `host/path`), the domain first.
+    pub destinations: Vec<String>,
+    pub session_duration: String,
+    /// The policies as answered (with their IDs and precedence).
+    pub policies: Vec<Value>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
 /// The world as the server, the admin surface and the library share it.
 pub(crate) type Shared = Arc<Mutex<World>>;
 
@@ -223,7 +290,7 @@ pub(crate) struct World {
     /// Zones by ID.
     pub zones: BTreeMap<String, ZoneRec>,
     /// Access applications by ID.
-    pub access_apps: BTreeMap<String, crate::access::AccessAppRec>,
+    pub access_apps: BTreeMap<String, AccessAppRec>,
 }
 
 pub(crate) fn is_account_id(s: &str) -> bool {
