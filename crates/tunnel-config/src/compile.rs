@@ -270,6 +270,17 @@ pub struct Rule<U> {
     pub backend_timeout: Option<Duration>,
 }
 
+impl<U> Rule<U> {
+    /// How long a forwarded request may wait for its response head: the smaller of the
+    /// request and backend timeouts, or the one that is set.
+    pub fn response_timeout(&self) -> Option<Duration> {
+        match (self.request_timeout, self.backend_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// What a rule does with a matched request.
 #[derive(Debug)]
 pub enum Action<U> {

@@ -332,6 +332,14 @@ impl HttpMatcher {
             })
     }
 
+    /// The PathPrefix value a match through this matcher reports.
+    fn matched_prefix(&self) -> Option<&str> {
+        match &self.path {
+            PathMatcher::Prefix(p) => Some(p.as_str()),
+            _ => None,
+        }
+    }
+
     fn precedence(&self) -> Precedence {
         let (class, len) = self.path.rank();
         Precedence::Http {
@@ -438,9 +446,8 @@ pub struct RouteSpec<T> {
 #[derive(Debug)]
 struct Candidate {
     precedence: Precedence,
-    /// (route, rule, match) indices: the tie-break among equal precedence, and where the rule
-    /// and its matcher are found.
-    order: (usize, usize, usize),
+    /// The tie-break among equal precedence, and where the rule and its matcher are found.
+    order: Position,
     /// The route hostname this candidate came through (index into the route's `excluded`).
     host: usize,
 }
@@ -507,10 +514,17 @@ impl Matchers {
     }
 }
 
+/// Where a rule and its match lie in a table: (route, rule, match) indices. What a caller keeps
+/// to find a lookup's result again in the same table without matching ([`Table::at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position(usize, usize, usize);
+
 /// The result of a lookup.
 #[derive(Debug)]
 pub struct RouteMatch<'t, T> {
     pub rule: &'t T,
+    /// Where `rule` and the match that won lie in the table.
+    pub position: Position,
     /// The route hostname pattern that matched (`*` for a route without hostnames); bounded
     /// cardinality, used as the metrics label.
     pub hostname: &'t str,
@@ -567,7 +581,7 @@ impl<T> Table<T> {
                         if let Some(precedence) = rule.matchers.precedence(match_idx) {
                             list.push(Candidate {
                                 precedence,
-                                order: (route_idx, rule_idx, match_idx),
+                                order: Position(route_idx, rule_idx, match_idx),
                                 host: host_idx,
                             });
                         }
@@ -615,6 +629,17 @@ impl<T> Table<T> {
         self.lookup_bucket(&self.any, "*", req)
     }
 
+    /// The rule at `p` (a lookup's [`RouteMatch::position`] in this table) and its
+    /// [`RouteMatch::matched_prefix`], as the lookup returned them.
+    pub fn at(&self, p: Position) -> (&T, Option<&str>) {
+        let rule = &self.routes[p.0].rules[p.1];
+        let prefix = rule
+            .matchers
+            .http(p.2)
+            .and_then(HttpMatcher::matched_prefix);
+        (&rule.payload, prefix)
+    }
+
     /// The rule of a candidate, when its route serves `host` (no listener isolation excludes
     /// it).
     fn serving(&self, c: &Candidate, host: &str) -> Option<&RuleSpec<T>> {
@@ -633,16 +658,19 @@ impl<T> Table<T> {
         req: &RequestView<'_>,
     ) -> Option<RouteMatch<'t, T>> {
         if req.grpc
-            && let Some(rule) = bucket.grpc.iter().find_map(|c| {
-                self.serving(c, req.host).filter(|rule| {
-                    rule.matchers
-                        .grpc(c.order.2)
-                        .is_some_and(|m| m.matches(req))
-                })
+            && let Some((rule, position)) = bucket.grpc.iter().find_map(|c| {
+                self.serving(c, req.host)
+                    .filter(|rule| {
+                        rule.matchers
+                            .grpc(c.order.2)
+                            .is_some_and(|m| m.matches(req))
+                    })
+                    .map(|rule| (rule, c.order))
             })
         {
             return Some(RouteMatch {
                 rule: &rule.payload,
+                position,
                 hostname,
                 matched_prefix: None,
             });
@@ -652,11 +680,9 @@ impl<T> Table<T> {
             let m = rule.matchers.http(c.order.2)?;
             m.matches(req).then_some(RouteMatch {
                 rule: &rule.payload,
+                position: c.order,
                 hostname,
-                matched_prefix: match &m.path {
-                    PathMatcher::Prefix(p) => Some(p.as_str()),
-                    _ => None,
-                },
+                matched_prefix: m.matched_prefix(),
             })
         })
     }

@@ -293,6 +293,23 @@ fn gateway_api_durations() {
 }
 
 #[test]
+fn the_response_timeout_is_the_smaller_of_the_rule_timeouts() {
+    let rows = [
+        (json!({}), None),
+        (json!({ "request": "10s" }), Some(10)),
+        (json!({ "backendRequest": "2s" }), Some(2)),
+        (json!({ "request": "10s", "backendRequest": "2s" }), Some(2)),
+        (json!({ "request": "3s", "backendRequest": "20s" }), Some(3)),
+    ];
+    for (timeouts, want) in rows {
+        let rule = json!({ "backends": [backend(json!({}))], "timeouts": timeouts });
+        let t = try_compile(route_with_rule(rule)).unwrap();
+        let got = t.table.rules().next().unwrap().response_timeout();
+        assert_eq!(got, want.map(Duration::from_secs), "{timeouts}");
+    }
+}
+
+#[test]
 fn validate_refuses_exactly_what_compile_refuses_and_names_the_same_path() {
     let good = route_with_rule(json!({ "backends": [backend(json!({}))] }));
     let bad = route_with_rule(

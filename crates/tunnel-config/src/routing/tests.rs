@@ -127,7 +127,14 @@ fn lookup(table: &Table<&'static str>, r: &Req) -> Option<&'static str> {
         headers: &r.headers,
         grpc: r.grpc,
     };
-    table.lookup(&view).map(|m| *m.rule)
+    table.lookup(&view).map(|m| {
+        assert_eq!(
+            table.at(m.position),
+            (m.rule, m.matched_prefix),
+            "found again"
+        );
+        *m.rule
+    })
 }
 
 /// Runs `(request, expected rule)` rows against one table.
@@ -776,6 +783,7 @@ fn matched_prefix_is_reported_for_rewrites() {
     let m = t.lookup(&view("/p/x")).unwrap();
     assert_eq!(m.matched_prefix, Some("/p"));
     assert_eq!(m.hostname, "*.example.com");
+    assert_eq!(t.at(m.position), (&"r", Some("/p")));
     assert_eq!(t.lookup(&view("/e")).unwrap().matched_prefix, None);
 }
 

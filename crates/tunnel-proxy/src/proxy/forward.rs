@@ -105,14 +105,7 @@ impl Forward<'_> {
             let request = Request::from_parts(parts, body);
             Ok::<_, hyper::Error>(self.routed.upstream.send(endpoint, request).await)
         };
-        let deadline = match (
-            self.routed.rule.request_timeout,
-            self.routed.rule.backend_timeout,
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let result = match deadline {
+        let result = match self.routed.rule.response_timeout() {
             Some(d) => match tokio::time::timeout(d, exchange).await {
                 Ok(r) => r,
                 Err(_) => {

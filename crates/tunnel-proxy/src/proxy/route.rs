@@ -1,5 +1,6 @@
 //! The live table's decision for a request head: answer locally (no route, a CORS preflight, a
-//! redirect, a configured status) or forward to a chosen backend. Shared by both paths.
+//! redirect, a configured status) or forward to a chosen backend. Shared by both paths; a
+//! decision to forward the fast path leaves to hyper goes with the connection as [`Handed`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use crate::table::{Action, Backend, RouteTable, Rule, Target};
 use crate::upstream::Upstream;
 use tunnel_config::cors::{self, ActualHeaders};
 use tunnel_config::filters::RedirectInput;
-use tunnel_config::routing::{self, RequestView};
+use tunnel_config::routing::{self, Position, RequestView};
 
 /// What the live table says to do with a request.
 pub(crate) enum Decision<'t> {
@@ -38,9 +39,26 @@ pub(crate) struct Routed<'t> {
     pub matched_prefix: Option<&'t str>,
     /// What the rule's CORS filter adds to the response.
     pub cors: Option<ActualHeaders>,
+    /// The table, where the lookup found the rule, and the backend chosen among the rule's:
+    /// how [`Handed`] finds the decision again.
+    table: &'t Arc<RouteTable>,
+    position: Position,
+    choice: usize,
 }
 
 impl Routed<'_> {
+    /// The decision, owning its table; `host` is the route's metrics.
+    pub fn hand(self, host: Arc<HostMetrics>) -> Handed {
+        Handed {
+            table: Arc::clone(self.table),
+            position: self.position,
+            choice: self.choice,
+            authority: self.authority,
+            cors: self.cors,
+            host,
+        }
+    }
+
     /// The rule's response changes: its ResponseHeaderModifier, then its CORS headers.
     pub fn change_response(&self, headers: &mut HeaderMap) {
         if let Some(modifier) = &self.rule.response_headers {
@@ -57,12 +75,49 @@ impl Routed<'_> {
     }
 }
 
+/// A decision to forward, with the table it was made with: what the fast path hands to hyper
+/// with the connection, so that the request is not routed again (nor its backend chosen again).
+pub(crate) struct Handed {
+    table: Arc<RouteTable>,
+    position: Position,
+    choice: usize,
+    authority: HeaderValue,
+    cors: Option<ActualHeaders>,
+    /// The route's metrics.
+    pub host: Arc<HostMetrics>,
+}
+
+impl Handed {
+    /// The decision as [`decide`] made it.
+    pub fn routed(&self) -> Routed<'_> {
+        let (rule, matched_prefix) = self.table.table.at(self.position);
+        let Action::Forward { backends, .. } = &rule.action else {
+            unreachable!("a rule a request was forwarded by forwards");
+        };
+        let backend = &backends[self.choice];
+        let Target::Upstream(upstream) = &backend.target else {
+            unreachable!("a backend a request was forwarded to has an upstream");
+        };
+        Routed {
+            rule: backend.rule(rule),
+            backend,
+            upstream,
+            authority: self.authority.clone(),
+            matched_prefix,
+            cors: self.cors.clone(),
+            table: &self.table,
+            position: self.position,
+            choice: self.choice,
+        }
+    }
+}
+
 /// Routes a request head with `table` (`None`: no config loaded). `host` becomes the matched
 /// route's metrics.
 pub(crate) fn decide<'t>(
     peer: SocketAddr,
     parts: &Parts,
-    table: Option<&'t RouteTable>,
+    table: Option<&'t Arc<RouteTable>>,
     host_metrics: &mut Arc<HostMetrics>,
 ) -> Decision<'t> {
     let grpc = is_grpc(&parts.headers);
@@ -133,7 +188,8 @@ pub(crate) fn decide<'t>(
             answer
         }
         Action::Forward { choice, backends } => {
-            let backend = &backends[choice.pick(rand::random_range(0..choice.total()))];
+            let pick = choice.pick(rand::random_range(0..choice.total()));
+            let backend = &backends[pick];
             match &backend.target {
                 Target::Fail(status) => local(*status, ""),
                 Target::Upstream(upstream) => {
@@ -146,6 +202,9 @@ pub(crate) fn decide<'t>(
                         authority,
                         matched_prefix: m.matched_prefix,
                         cors,
+                        table,
+                        position: m.position,
+                        choice: pick,
                     });
                 }
             }
@@ -187,4 +246,57 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::state::State;
+
+    #[test]
+    fn a_handed_decision_is_the_decision_made() {
+        let backend = |name: &str, filters| json!({ "name": name, "endpoints": ["127.0.0.1:9"], "filters": filters });
+        let doc = json!({ "version": 1, "routes": [{ "kind": "HTTPRoute", "name": "ns/r",
+            "hostnames": ["a.example"], "rules": [
+                { "matches": [{ "path": { "type": "Exact", "value": "/" } }],
+                  "backends": [backend("other", json!([]))] },
+                { "matches": [{ "path": { "type": "PathPrefix", "value": "/api" } }],
+                  "filters": [{ "type": "CORS", "allowOrigins": ["https://b.example"] }],
+                  "backends": [backend("plain", json!([])), backend("filtered", json!([
+                      { "type": "RequestHeaderModifier", "set": [{ "name": "x", "value": "y" }] }]))] },
+            ] }] });
+        let state = State::new();
+        state.apply(doc.to_string().as_bytes()).unwrap();
+        let table = state.table();
+        let (parts, ()) = http::Request::get("/api/x")
+            .header("host", "a.example")
+            .header("origin", "https://b.example")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let mut chosen = Vec::new();
+        for _ in 0..64 {
+            let mut host = state.metrics().unmatched().clone();
+            let Decision::Forward(made) = decide(peer, &parts, table.as_ref(), &mut host) else {
+                panic!("expected a decision to forward");
+            };
+            let (rule, backend, upstream) = (made.rule, made.backend, made.upstream);
+            let (prefix, cors) = (made.matched_prefix, made.cors.clone());
+            let handed = made.hand(host.clone());
+            let again = handed.routed();
+            assert!(std::ptr::eq(again.rule, rule));
+            assert!(std::ptr::eq(again.backend, backend));
+            assert!(std::ptr::eq(again.upstream, upstream));
+            assert_eq!(again.authority, "a.example");
+            assert_eq!((again.matched_prefix, again.cors), (prefix, cors));
+            assert!(Arc::ptr_eq(&handed.host, &host));
+            chosen.push(backend.name.to_string());
+        }
+        chosen.sort();
+        chosen.dedup();
+        assert_eq!(chosen.len(), 2, "both backends chosen: {chosen:?}");
+    }
 }

@@ -1,12 +1,13 @@
 //! hyper's server, for what the fast path leaves to it: the rest of a connection from the
 //! request the fast path declined, each request routed and forwarded by [`super::forward`]
-//! with its metrics ended by the response body ([`Tracked`]). Requests the
-//! [`super::smuggling`] guard flagged are refused.
+//! with its metrics ended by the response body ([`Tracked`]). A request the fast path already
+//! routed keeps its decision ([`Handed`]). Requests the [`super::smuggling`] guard flagged are
+//! refused.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -23,7 +24,7 @@ use super::answer::{Completion, bad_request, head_too_large};
 use super::conn::{HEADER_READ_TIMEOUT, StopHandle, peer_ip};
 use super::forward::Forward;
 use super::rewind::Rewind;
-use super::route::{Decision, decide};
+use super::route::{Decision, Handed, decide};
 use super::smuggling::{Flags, Sniffed};
 use crate::state::State;
 use crate::upstream::ProxyBody;
@@ -36,6 +37,8 @@ struct ConnCtx {
     peer_ip: HeaderValue,
     /// Raised by the connection's [`Sniffed`] scanner.
     flags: Arc<Flags>,
+    /// The fast path's decision for the connection's first request, until its handler takes it.
+    handed: Mutex<Option<Handed>>,
 }
 
 /// hyper's server for what the HTTP/1.1 fast path leaves to it.
@@ -61,7 +64,8 @@ pub(crate) fn hyper_server(max_head: usize) -> HyperServer {
 }
 
 /// Serves the rest of a connection with hyper, starting with `prefix` (bytes the fast path
-/// already read: the head of the request it declined and whatever followed).
+/// already read: the head of the request it declined and whatever followed). `handed`: the
+/// decision for the request at the start of `prefix`, when the fast path routed it.
 pub(crate) async fn serve_with_hyper(
     stream: TcpStream,
     prefix: Bytes,
@@ -69,6 +73,7 @@ pub(crate) async fn serve_with_hyper(
     state: Arc<State>,
     hyper: &HyperServer,
     stop: StopHandle,
+    handed: Option<Handed>,
 ) {
     let flags = Arc::new(Flags::default());
     let io = TokioIo::new(Sniffed::new(
@@ -82,6 +87,7 @@ pub(crate) async fn serve_with_hyper(
         peer,
         peer_ip: peer_ip(peer),
         flags,
+        handed: Mutex::new(handed),
     });
     let service = service_fn(move |req| handle(ctx.clone(), req));
     let conn = hyper.serve_connection_with_upgrades(io, service);
@@ -120,6 +126,11 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Tracked>, Infallible> {
     let mut done = Completion::begin(&ctx.state, ctx.state.metrics().unmatched().clone());
+    let handed = ctx
+        .handed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
     let http1 = req.version() != Version::HTTP_2;
     let resp = if http1 && ctx.flags.head_too_large.load(Ordering::Relaxed) {
         debug!(peer = %ctx.peer, "refused request with a head over the limit");
@@ -128,24 +139,35 @@ async fn handle(
         debug!(peer = %ctx.peer, "refused request with both Content-Length and Transfer-Encoding");
         bad_request("both Content-Length and Transfer-Encoding").into_response()
     } else {
-        route_and_forward(&ctx, req, &mut done).await
+        route_and_forward(&ctx, req, handed, &mut done).await
     };
     done.host.response(resp.status());
     let (parts, body) = resp.into_parts();
     Ok(Response::from_parts(parts, GuardedBody::new(body, done)))
 }
 
+/// Routes the request (unless `handed` has its decision) and forwards it.
 async fn route_and_forward(
     ctx: &ConnCtx,
     mut req: Request<Incoming>,
+    handed: Option<Handed>,
     done: &mut Completion,
 ) -> Response<ProxyBody> {
-    let table = ctx.state.table();
     let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
-    let routed = match decide(ctx.peer, &parts, table.as_deref(), &mut done.host) {
-        Decision::Respond(local) => return local.into_response(),
-        Decision::Forward(routed) => routed,
+    let table;
+    let routed = match &handed {
+        Some(handed) => {
+            done.host = handed.host.clone();
+            handed.routed()
+        }
+        None => {
+            table = ctx.state.table();
+            match decide(ctx.peer, &parts, table.as_ref(), &mut done.host) {
+                Decision::Respond(local) => return local.into_response(),
+                Decision::Forward(routed) => routed,
+            }
+        }
     };
     let fwd = Forward {
         routed: &routed,

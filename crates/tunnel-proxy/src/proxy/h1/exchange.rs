@@ -107,10 +107,6 @@ pub(super) async fn forward(
         content_length.map(|_| body.len() as u64),
     );
     out.extend_from_slice(&body);
-    let deadline = match (rule.request_timeout, rule.backend_timeout) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
     let sent = send(
         pool,
         out,
@@ -118,7 +114,7 @@ pub(super) async fn forward(
         &mut bufs.backend,
         &mut bufs.scratch,
     );
-    let result = match deadline {
+    let result = match rule.response_timeout() {
         Some(d) => tokio::time::timeout(d, sent)
             .await
             .unwrap_or(Err(Failure::Timeout(d))),

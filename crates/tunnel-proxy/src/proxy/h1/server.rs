@@ -18,7 +18,7 @@ use super::codec::{self, RequestHead};
 use super::exchange::{self, Buffers};
 use crate::proxy::answer::{Completion, head_too_large};
 use crate::proxy::conn::{HEADER_READ_TIMEOUT, StopHandle, peer_ip};
-use crate::proxy::route::{Decision, decide};
+use crate::proxy::route::{Decision, Handed, decide};
 use crate::proxy::service::{HyperServer, serve_with_hyper};
 use crate::state::State;
 
@@ -75,7 +75,7 @@ pub(crate) async fn serve_connection(
                 }
                 RequestHead::Declined(why) => {
                     debug!(peer = %conn.peer, why, "hyper takes over the connection");
-                    return hand_over(conn, Bytes::new(), &hyper).await;
+                    return hand_over(conn, Bytes::new(), None, &hyper).await;
                 }
                 RequestHead::Partial => {}
             }
@@ -115,19 +115,21 @@ pub(crate) async fn serve_connection(
         };
         let table = conn.state.table();
         let mut host = conn.state.metrics().unmatched().clone();
-        let decision = decide(conn.peer, &req.parts, table.as_deref(), &mut host);
-        if let Decision::Forward(routed) = &decision
-            && !(routed.upstream.protocol == BackendProtocol::Http1
-                && routed.rule.mirrors.is_empty())
-        {
-            drop(decision);
-            drop(table);
-            let mut prefix = BytesMut::with_capacity(req.head.len() + body.len());
-            prefix.extend_from_slice(&req.head);
-            prefix.extend_from_slice(&body);
-            drop(req);
-            return hand_over(conn, prefix.freeze(), &hyper).await;
-        }
+        let decision = match decide(conn.peer, &req.parts, table.as_ref(), &mut host) {
+            Decision::Forward(routed)
+                if !(routed.upstream.protocol == BackendProtocol::Http1
+                    && routed.rule.mirrors.is_empty()) =>
+            {
+                let handed = routed.hand(host);
+                drop(table);
+                let mut prefix = BytesMut::with_capacity(req.head.len() + body.len());
+                prefix.extend_from_slice(&req.head);
+                prefix.extend_from_slice(&body);
+                drop(req);
+                return hand_over(conn, prefix.freeze(), Some(handed), &hyper).await;
+            }
+            decision => decision,
+        };
         let done = Completion::begin(&conn.state, host);
         let keep = match decision {
             Decision::Respond(answer) => {
@@ -202,8 +204,9 @@ async fn read_body(conn: &mut Conn, len: usize) -> Option<Bytes> {
 }
 
 /// Lets hyper serve the rest of the connection: `prefix` (a declined request's head and
-/// body), then whatever was read after it, then the socket.
-async fn hand_over(conn: Conn, prefix: Bytes, hyper: &HyperServer) {
+/// body), then whatever was read after it, then the socket. `handed`: the decision for the
+/// request in `prefix`, when the fast path routed it.
+async fn hand_over(conn: Conn, prefix: Bytes, handed: Option<Handed>, hyper: &HyperServer) {
     let prefix = if prefix.is_empty() {
         conn.input.freeze()
     } else {
@@ -212,5 +215,14 @@ async fn hand_over(conn: Conn, prefix: Bytes, hyper: &HyperServer) {
         all.extend_from_slice(&conn.input);
         all.freeze()
     };
-    serve_with_hyper(conn.stream, prefix, conn.peer, conn.state, hyper, conn.stop).await;
+    serve_with_hyper(
+        conn.stream,
+        prefix,
+        conn.peer,
+        conn.state,
+        hyper,
+        conn.stop,
+        handed,
+    )
+    .await;
 }
