@@ -195,7 +195,8 @@ parent_ref_from!(
     GrpcRouteParentRefs,
     HttpRouteStatusParentsParentRef,
     GrpcRouteStatusParentsParentRef,
-    BackendTlsPolicyStatusAncestorsAncestorRef
+    BackendTlsPolicyStatusAncestorsAncestorRef,
+    crate::api::AncestorRef
 );
 
 #[cfg(test)]

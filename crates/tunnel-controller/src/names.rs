@@ -1,6 +1,9 @@
 //! Names and hashes: the controller's field manager, the names of a Gateway's plane objects,
 //! label values for names of any length, the sha256 hex the token-hash annotations and caches
-//! use, and the ownership guard for an object found at a rendered name.
+//! use, the labels of the controller's own Secrets, and the ownership guard for an object found
+//! at a rendered name.
+
+use std::collections::BTreeMap;
 
 use gateway_api::apis::standard::gateways::Gateway;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -8,6 +11,15 @@ use sha2::{Digest, Sha256};
 
 /// The field manager of every write.
 pub const MANAGER: &str = "tunnel-gateway-controller";
+
+/// The label naming what manages an object.
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// The labels of the Secrets the controller keeps in its own namespace (the shared plane's
+/// token, the config API's CA and the shared plane's serving certificate).
+pub(crate) fn own_secret_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned())])
+}
 
 /// The names of a Gateway's plane objects in its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -111,16 +111,8 @@ pub fn status_writes(
             .iter()
             .flat_map(|s| &s.ancestors)
             .map(|a| {
-                let r = &a.ancestor_ref;
                 (
-                    ParentRef {
-                        group: r.group.clone(),
-                        kind: r.kind.clone(),
-                        namespace: r.namespace.clone(),
-                        name: r.name.clone(),
-                        section_name: r.section_name.clone(),
-                        port: r.port,
-                    },
+                    ParentRef::from(&a.ancestor_ref),
                     a.controller_name.clone(),
                     a.conditions.clone(),
                 )

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 
+use crate::names;
 use crate::publish::config_api::pki::{
     CA_LIFETIME, CaDecision, CaSecret, CertKey, PkiError, ROTATE_ANNOTATION, ROTATED_ANNOTATION,
     ca_keys, generate_ca, plan_ca,
@@ -109,10 +110,7 @@ pub async fn sync(
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
                     namespace: Some(namespace.to_owned()),
-                    labels: Some(BTreeMap::from([(
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "tunnel-gateway-controller".to_owned(),
-                    )])),
+                    labels: Some(names::own_secret_labels()),
                     ..Default::default()
                 },
                 data: Some(data(&ca, None)),
@@ -185,6 +183,7 @@ pub fn plane_secret(
     names: &[String],
     now: SystemTime,
 ) -> Result<Option<Secret>, PkiError> {
+    use crate::names;
     use crate::publish::config_api::pki::{
         LEAF_LIFETIME, issue_serving, serving_renewal, trust_bundle,
     };
@@ -209,10 +208,7 @@ pub fn plane_secret(
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
-                "tunnel-gateway-controller".to_owned(),
-            )])),
+            labels: Some(names::own_secret_labels()),
             ..Default::default()
         },
         type_: Some("kubernetes.io/tls".to_owned()),

@@ -28,9 +28,6 @@ use crate::publish::config_api::pki::{
 };
 use crate::publish::planes::push::{TlsTarget, Transport};
 
-/// The label value the controller's own Secrets carry (`app.kubernetes.io/managed-by`).
-const MANAGED_BY: &str = "tunnel-gateway-controller";
-
 /// Where the config API's Secrets are.
 #[derive(Debug, Clone)]
 pub struct ConfigTlsSettings {
@@ -217,10 +214,8 @@ impl ConfigTls {
             let ours = match target.gateway {
                 Some(gw) => names::owned_by_gateway(&s.metadata, gw),
                 None => {
-                    s.labels()
-                        .get("app.kubernetes.io/managed-by")
-                        .map(String::as_str)
-                        == Some(MANAGED_BY)
+                    s.labels().get(names::MANAGED_BY_LABEL).map(String::as_str)
+                        == Some(names::MANAGER)
                 }
             };
             if !ours {

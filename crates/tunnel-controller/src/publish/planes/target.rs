@@ -15,7 +15,7 @@ use crate::credentials::secret_value;
 use crate::keys::PartitionKey;
 use crate::model::dedicated::AuthToken;
 use crate::model::{Model, Plane, Settings};
-use crate::names::PlaneNames;
+use crate::names::{self, PlaneNames};
 use crate::observe::world::Snapshot;
 
 /// A partition's proxies and its token.
@@ -78,10 +78,7 @@ async fn shared_token(
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
-                "tunnel-gateway-controller".to_owned(),
-            )])),
+            labels: Some(names::own_secret_labels()),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
